@@ -1,0 +1,244 @@
+"""How a jaxmg call maps onto devices: argument checks, the mesh and row axis
+the matrix is sharded over, tile size and padding."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+SUPPORTED_DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
+DEFAULT_TILE = 256
+_DEFAULT_TIMEOUT_S = 300.0
+_CALL_IDS = itertools.count(1)
+
+
+def next_call_id() -> int:
+    """A fresh id for one call site in a traced program (rendezvous key)."""
+    return next(_CALL_IDS)
+
+
+def timeout_ms() -> int:
+    """How long a device waits for the others to arrive at a call."""
+    raw = os.environ.get("JAXMG_TIMEOUT_S", "")
+    try:
+        seconds = float(raw) if raw else _DEFAULT_TIMEOUT_S
+    except ValueError:
+        raise ValueError(f"JAXMG_TIMEOUT_S={raw!r} is not a number of seconds") from None
+    if seconds <= 0:
+        raise ValueError(f"JAXMG_TIMEOUT_S={raw!r} must be positive")
+    return int(seconds * 1000)
+
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The devices one call runs on: `mesh`, with rows sharded over `axis`."""
+
+    mesh: Mesh
+    axis: str
+    manual: bool  # True inside the caller's shard_map: arrays are local blocks
+
+    @property
+    def n_devices(self) -> int:
+        return self.mesh.shape[self.axis]
+
+
+def check_square(a, name: str = "a") -> int:
+    shape = getattr(a, "shape", None)
+    if shape is None or len(shape) != 2:
+        raise ValueError(
+            f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}; "
+            "use jax.vmap for batches"
+        )
+    if shape[0] != shape[1]:
+        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(shape)}")
+    return int(shape[0])
+
+
+def check_dtype(a, name: str = "a") -> np.dtype:
+    dtype = jnp.dtype(a.dtype)
+    if dtype in (jnp.float16, jnp.bfloat16):
+        raise TypeError(
+            f"jaxmg: {name} has dtype {dtype.name}, which the solvers do not support; "
+            f"cast it first, e.g. {name}.astype(jnp.float32)"
+        )
+    if dtype not in [jnp.dtype(d) for d in SUPPORTED_DTYPES]:
+        raise TypeError(
+            f"jaxmg: {name} has dtype {dtype.name}; supported are float32, float64, "
+            "complex64 and complex128 (float64/complex128 need jax_enable_x64)"
+        )
+    return dtype
+
+
+def check_tile(tile_size) -> int | None:
+    if tile_size is None:
+        return None
+    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
+        raise TypeError(f"jaxmg: tile_size must be a positive int, got {tile_size!r}")
+    if tile_size < 1:
+        raise ValueError(f"jaxmg: tile_size must be a positive int, got {tile_size}")
+    return int(tile_size)
+
+
+def _rows_axis(spec, name: str):
+    entries = tuple(spec) + (None, None)
+    rows, cols = entries[0], entries[1]
+    if cols is not None:
+        raise ValueError(
+            f"jaxmg: {name} is sharded along its columns ({P(*spec)}); jaxmg needs rows "
+            f"sharded and columns whole, e.g. P('x', None)"
+        )
+    if isinstance(rows, tuple):
+        if len(rows) != 1:
+            raise ValueError(
+                f"jaxmg: {name}'s rows are sharded over several mesh axes {rows}; "
+                "use one axis, e.g. P('x', None)"
+            )
+        rows = rows[0]
+    return rows
+
+
+def _sharding_of(x):
+    """x's sharding where it is known: a concrete array's, or a tracer's
+    explicit sharding type."""
+    if isinstance(x, jax.core.Tracer):
+        sharding = getattr(jax.typeof(x), "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        if mesh is None or mesh.empty or not isinstance(mesh, Mesh):
+            return None
+        return sharding
+    return getattr(x, "sharding", None)
+
+
+def _context_mesh():
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh
+
+
+def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
+    """Reads the mesh and row axis from the arguments, a's sharding or the context."""
+    if spec is not None and not isinstance(spec, P):
+        raise TypeError(f"jaxmg: spec must be a jax.sharding.PartitionSpec, got {spec!r}")
+    abstract = _context_mesh()
+    if abstract is not None and abstract.manual_axes:
+        return _manual_placement(abstract, mesh, spec, name)
+    sharding = _sharding_of(a)
+    if mesh is None and isinstance(sharding, NamedSharding):
+        mesh = sharding.mesh
+    if spec is None and isinstance(sharding, NamedSharding):
+        spec = sharding.spec
+    if mesh is None and sharding is not None and len(sharding.device_set) == 1:
+        mesh = Mesh(np.array(list(sharding.device_set)), ("rows",))
+    if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
+        concrete = jax.sharding.get_mesh()
+        mesh = None if concrete.empty else concrete
+    if mesh is None:
+        raise ValueError(
+            f"jaxmg: cannot tell which devices {name} lives on. Pass mesh= and spec= "
+            "(e.g. mesh=jax.make_mesh((n,), ('x',)), spec=P('x', None)), call under "
+            "`with jax.set_mesh(mesh):`, or pass a jax.Array with a NamedSharding"
+        )
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"jaxmg: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    rows = _rows_axis(spec if spec is not None else P(), name)
+    if rows is None:
+        if mesh.size != 1:
+            raise ValueError(
+                f"jaxmg: {name} is not row-sharded over the {mesh.size}-device mesh; place it "
+                f"with jax.device_put({name}, NamedSharding(mesh, P('{mesh.axis_names[0]}', None))) "
+                "or pass spec=P(axis, None)"
+            )
+        rows = mesh.axis_names[0]
+    if rows not in mesh.axis_names:
+        raise ValueError(f"jaxmg: spec names axis {rows!r}, not in the mesh axes {mesh.axis_names}")
+    others = {ax: size for ax, size in mesh.shape.items() if ax != rows and size > 1}
+    if others:
+        raise ValueError(
+            f"jaxmg: the mesh has axes {dict(mesh.shape)}; jaxmg uses a 1-D mesh (other axes "
+            f"{others} must have size 1). Build the mesh over the devices to use, e.g. "
+            "jax.make_mesh((n,), ('x',))"
+        )
+    return Placement(mesh, rows, manual=False)
+
+
+def _manual_placement(abstract, mesh, spec, name: str) -> Placement:
+    manual = list(abstract.manual_axes)
+    rows = _rows_axis(spec, name) if spec is not None else None
+    if rows is None:
+        if len(manual) != 1:
+            raise ValueError(
+                f"jaxmg: inside shard_map over axes {manual}, pass spec=P(axis, None) to say "
+                f"which axis shards {name}'s rows"
+            )
+        rows = manual[0]
+    if rows not in manual:
+        raise ValueError(
+            f"jaxmg: inside shard_map, {name}'s row axis {rows!r} must be one of the manual "
+            f"axes {manual}"
+        )
+    return Placement(mesh if mesh is not None else abstract, rows, manual=True)
+
+
+def choose_tile(n: int, n_devices: int, requested: int | None) -> int:
+    """The tile width T_A: as requested, but never wider than a device's share."""
+    tile = requested if requested is not None else DEFAULT_TILE
+    return max(1, min(tile, math.ceil(n / n_devices)))
+
+
+def padded_size(n: int, n_devices: int, tile: int) -> int:
+    step = n_devices * tile
+    return math.ceil(n / step) * step
+
+
+def largest_divisor_at_most(n: int, limit: int) -> int:
+    """Tile for local blocks inside shard_map, where rows cannot be re-padded."""
+    for t in range(min(n, limit), 0, -1):
+        if n % t == 0:
+            return t
+    return 1
+
+
+def pad_matrix(a, n_pad: int, diagonal):
+    """Embeds a in an n_pad x n_pad matrix, `diagonal` on the extra diagonal."""
+    n = a.shape[0]
+    if n_pad == n:
+        return a
+    a = jnp.pad(a, ((0, n_pad - n), (0, n_pad - n)))
+    extra = jnp.arange(n, n_pad)
+    return a.at[extra, extra].set(jnp.asarray(diagonal, a.dtype))
+
+
+def pad_rows(b, n_pad: int):
+    n = b.shape[0]
+    return b if n_pad == n else jnp.pad(b, ((0, n_pad - n), (0, 0)))
+
+
+def _is_explicit(placement: Placement) -> bool:
+    types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
+    return types[placement.axis] == jax.sharding.AxisType.Explicit
+
+
+def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
+    """x restricted to its first n entries along `dims`. Explicit sharding
+    cannot split n unevenly over the devices: such a result is replicated."""
+    if all(x.shape[d] == n for d in dims):
+        return x
+    if _is_explicit(placement) and n % placement.n_devices:
+        x = constrain(x, placement, P())
+    index = tuple(slice(0, n) if d in dims else slice(None) for d in range(x.ndim))
+    return x[index]
+
+
+def constrain(x, placement: Placement, spec):
+    if placement.manual:
+        return x
+    sharding = NamedSharding(placement.mesh, spec)
+    if _is_explicit(placement):
+        return jax.sharding.reshard(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)

@@ -1,0 +1,94 @@
+"""Finds, loads and registers the jaxmg FFI library (xla_ext/libjaxmg_ffi.so).
+
+Loading is lazy (first call, not import) so `import jaxmg` works everywhere
+and never touches JAX's global state.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import pathlib
+
+import jax
+
+LIBRARY_NAME = "libjaxmg_ffi.so"
+ROUTINES = ("potrs", "potri", "syevd")
+DTYPE_PREFIX = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
+_LAPACK_ROUTINES = {
+    "s": ("spotrf", "spotrs", "spotri", "ssyevd"),
+    "d": ("dpotrf", "dpotrs", "dpotri", "dsyevd"),
+    "c": ("cpotrf", "cpotrs", "cpotri", "cheevd"),
+    "z": ("zpotrf", "zpotrs", "zpotri", "zheevd"),
+}
+
+
+def target_name(routine: str, dtype, platform: str) -> str:
+    """The one naming rule for handlers: jaxmg_<s|d|c|z><routine>_<platform>."""
+    return f"jaxmg_{DTYPE_PREFIX[jax.numpy.dtype(dtype).name]}{routine}_{platform}"
+
+
+def _candidates() -> list[pathlib.Path]:
+    package = pathlib.Path(__file__).resolve().parent.parent
+    root = package.parent
+    found = []
+    if os.environ.get("JAXMG_LIBRARY"):
+        found.append(pathlib.Path(os.environ["JAXMG_LIBRARY"]))
+    found += [
+        package / LIBRARY_NAME,  # an installed wheel
+        root / "xla_ext" / LIBRARY_NAME,  # Bazel runfiles
+        root / "bazel-bin" / "xla_ext" / LIBRARY_NAME,  # a source checkout after `bazel build`
+    ]
+    return found
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """Loads the FFI library once and registers its targets with XLA."""
+    candidates = _candidates()
+    path = next((p for p in candidates if p.is_file()), None)
+    if path is None:
+        tried = "\n  ".join(str(p) for p in candidates)
+        raise RuntimeError(
+            f"jaxmg: cannot find {LIBRARY_NAME}. Tried:\n  {tried}\n"
+            "Build it with `bazel build //xla_ext:libjaxmg_ffi.so` (tools/setup does this), "
+            "or set JAXMG_LIBRARY to its path."
+        )
+    lib = ctypes.CDLL(str(path))
+    lib.jaxmg_register_lapack.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.jaxmg_register_lapack.restype = ctypes.c_int
+    lib.jaxmg_live_meetings.restype = ctypes.c_int64
+    _register_lapack(lib)
+    for routine in ROUTINES:
+        for dtype in DTYPE_PREFIX:
+            name = target_name(routine, dtype, "cpu")
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
+    jax.ffi.register_ffi_target(
+        "jaxmg_layout_cpu", jax.ffi.pycapsule(lib.jaxmg_layout_cpu), platform="cpu"
+    )
+    return lib
+
+
+def _register_lapack(lib: ctypes.CDLL) -> None:
+    # SciPy exports its LAPACK as PyCapsules; jaxlib's CPU kernels use the same.
+    from scipy.linalg import cython_lapack
+
+    get_name = ctypes.pythonapi.PyCapsule_GetName
+    get_name.argtypes = [ctypes.py_object]
+    get_name.restype = ctypes.c_char_p
+    get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+    get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+    get_pointer.restype = ctypes.c_void_p
+    capsules = cython_lapack.__pyx_capi__
+    for names in _LAPACK_ROUTINES.values():
+        for name in names:
+            capsule = capsules[name]
+            pointer = get_pointer(capsule, get_name(capsule))
+            if not lib.jaxmg_register_lapack(name.encode(), pointer):
+                raise RuntimeError(f"jaxmg: the library rejected LAPACK routine {name}")
+
+
+def live_meetings() -> int:
+    """Rendezvous meetings currently registered in the library (0 when idle)."""
+    return int(library().jaxmg_live_meetings())

@@ -1,0 +1,118 @@
+"""potrs: solve A X = B for symmetric/Hermitian positive-definite A."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import collective, distribution as dist
+
+
+def potrs(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, donate=False):
+    """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
+
+    Args:
+      a: (N, N) symmetric (real) or Hermitian (complex) positive-definite
+        matrix, rows sharded over one mesh axis, ``P(axis, None)``. Only one
+        triangle is read (the upper one in row-major terms).
+      b: (N,) or (N, K) right-hand sides with a's dtype; row-sharded on the
+        same axis or replicated.
+      tile_size: column tile T_A of the block-cyclic layout (default 256,
+        capped at N / devices). N need not be a multiple of anything.
+      mesh, spec: the mesh and a's PartitionSpec; read from ``a.sharding``
+        when not given (required inside ``jit`` unless a mesh is set with
+        ``jax.set_mesh``). Inside ``shard_map``, pass the local blocks.
+      return_info: also return LAPACK's info: 0 on success, k > 0 if the
+        leading minor of order k is not positive definite.
+      donate: let jaxmg reuse a's buffer (a is deleted); saves one copy of A.
+
+    Returns:
+      x with b's shape and layout (all NaN if a is not positive definite),
+      and info (int32 scalar) if ``return_info``.
+    """
+    n = dist.check_square(a, "a")
+    dtype = dist.check_dtype(a, "a")
+    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ValueError(
+            f"jaxmg: b must have shape ({n},) or ({n}, K) to match a's {n} rows, got {b.shape}"
+        )
+    if jnp.dtype(b.dtype) != dtype:
+        raise TypeError(
+            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but a has {dtype.name}; "
+            f"cast with b.astype(a.dtype)"
+        )
+    tile = dist.check_tile(tile_size)
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    vector = b.ndim == 1
+    b2 = b[:, None] if vector else b
+    if placement.manual:
+        x, info = _potrs_blocks(a, b2, placement, tile)
+    else:
+        b_sharded = _is_row_sharded(b, placement)
+        run = _potrs_donating if donate else _potrs
+        x, info = run(a, b2, placement=placement, tile=tile, b_sharded=b_sharded)
+    x = x[:, 0] if vector else x
+    return (x, info) if return_info else x
+
+
+def _is_row_sharded(b, placement) -> bool:
+    sharding = None if isinstance(b, jax.core.Tracer) else getattr(b, "sharding", None)
+    spec = getattr(sharding, "spec", None)
+    if spec is None or len(spec) == 0 or placement.n_devices == 1:
+        return False
+    rows = spec[0][0] if isinstance(spec[0], tuple) and len(spec[0]) == 1 else spec[0]
+    return rows == placement.axis
+
+
+def _potrs_impl(a, b, *, placement, tile, b_sharded):
+    n = a.shape[0]
+    t = dist.choose_tile(n, placement.n_devices, tile)
+    n_pad = dist.padded_size(n, placement.n_devices, t)
+    a_spec = P(placement.axis, None)
+    b_spec = P(placement.axis, None) if b_sharded else P()
+    a = dist.constrain(dist.pad_matrix(a, n_pad, 1), placement, a_spec)
+    b = dist.constrain(dist.pad_rows(b, n_pad), placement, b_spec)
+    body = functools.partial(_potrs_body, placement=placement, tile=t, b_sharded=b_sharded)
+    _, x, info = jax.shard_map(
+        body,
+        mesh=placement.mesh,
+        in_specs=(a_spec, b_spec),
+        out_specs=(a_spec, b_spec, P()),
+        check_vma=False,
+    )(a, b)
+    return dist.unpad(x, placement, n, (0,)), info[0]
+
+
+_STATIC = ("placement", "tile", "b_sharded")
+_potrs = jax.jit(_potrs_impl, static_argnames=_STATIC)
+_potrs_donating = jax.jit(_potrs_impl, static_argnames=_STATIC, donate_argnums=0)
+
+
+def _potrs_blocks(a, b, placement, tile):
+    """Inside the caller's shard_map: a is this device's (N/n, N) block."""
+    rows, n = a.shape
+    n_devices = jax.lax.axis_size(placement.axis)
+    if rows * n_devices != n:
+        raise ValueError(
+            f"jaxmg: inside shard_map a's block must be (N/{n_devices}, N), got {a.shape}"
+        )
+    b_sharded = b.shape[0] == rows and n_devices > 1
+    if b.shape[0] not in (rows, n):
+        raise ValueError(f"jaxmg: b's block must have {rows} or {n} rows, got {b.shape}")
+    t = dist.largest_divisor_at_most(rows, tile or dist.DEFAULT_TILE)
+    placement = dist.Placement(placement.mesh, placement.axis, manual=True)
+    _, x, info = _potrs_body(a, b, placement=placement, tile=t, b_sharded=b_sharded)
+    return x, info[0]
+
+
+def _potrs_body(a, b, *, placement, tile, b_sharded):
+    results = (
+        jax.ShapeDtypeStruct(a.shape, a.dtype),
+        jax.ShapeDtypeStruct(b.shape, b.dtype),
+        collective.info_shape(),
+    )
+    return collective.call("potrs", placement, (a, b), results, tile=tile, b_sharded=b_sharded)

@@ -1,0 +1,51 @@
+// Pieces every handler shares: the call's identity and shape checks, and the
+// conversion of internal statuses to ffi::Error at the boundary.
+#ifndef JAXMG_XLA_EXT_FFI_COMMON_H_
+#define JAXMG_XLA_EXT_FFI_COMMON_H_
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "xla/ffi/api/ffi.h"
+#include "xla_ext/common/status.h"
+#include "xla_ext/layout/block_cyclic.h"
+
+namespace jaxmg::ffi_common {
+
+namespace ffi = ::xla::ffi;
+
+// Who this participant is and which collective call it belongs to.
+struct CallSite {
+  int64_t run_id;
+  int64_t call_id;
+  int32_t n_devices;
+  int32_t index;
+  int64_t tile;
+  std::chrono::milliseconds timeout;
+};
+
+inline ffi::Error ToFfi(const Status& s) {
+  return s.ok() ? ffi::Error::Success() : ffi::Error::Internal(s.message());
+}
+
+// a's local block is rows_local x N with rows_local * n_devices == N; the
+// participant index must lie in the mesh. Returns the matrix layout.
+inline Status CheckMatrixBlock(const char* name, ffi::Span<const int64_t> dims,
+                               const CallSite& site, layout::ColumnLayout* out) {
+  if (dims.size() != 2) return Errorf("jaxmg: ", name, " must be a rank-2 block");
+  if (site.n_devices < 1) return Errorf("jaxmg: n_devices=", site.n_devices, " must be >= 1");
+  if (site.index < 0 || site.index >= site.n_devices) {
+    return Errorf("jaxmg: participant index ", site.index, " outside mesh of ", site.n_devices);
+  }
+  if (dims[0] * site.n_devices != dims[1]) {
+    return Errorf("jaxmg: ", name, " block is ", dims[0], " x ", dims[1], " but a mesh of ",
+                  site.n_devices, " devices needs ", dims[1] / site.n_devices, " x ", dims[1]);
+  }
+  *out = layout::ColumnLayout{dims[1], site.tile, site.n_devices};
+  return out->Validate();
+}
+
+}  // namespace jaxmg::ffi_common
+
+#endif  // JAXMG_XLA_EXT_FFI_COMMON_H_
