@@ -32,7 +32,11 @@ def call(routine: str, placement, operands, results, *, tile: int, **attrs):
         )
     library.library()
     index = jax.lax.axis_index(placement.axis).astype(jnp.int32)
-    target = library.target_name(routine, a.dtype, platform)
+    # The layout conversion moves bytes: one target serves every dtype.
+    if routine == "layout":
+        target = f"jaxmg_layout_{platform}"
+    else:
+        target = library.target_name(routine, a.dtype, platform)
     fn = jax.ffi.ffi_call(target, results, input_output_aliases={0: 0})
     return fn(
         *operands,

@@ -210,8 +210,10 @@ def pad_matrix(a, n_pad: int, diagonal):
     if n_pad == n:
         return a
     a = jnp.pad(a, ((0, n_pad - n), (0, n_pad - n)))
-    extra = jnp.arange(n, n_pad)
-    return a.at[extra, extra].set(jnp.asarray(diagonal, a.dtype))
+    # An elementwise select, not a scatter: it keeps a's sharding as it is.
+    rows = jnp.arange(n_pad)[:, None]
+    cols = jnp.arange(n_pad)[None, :]
+    return jnp.where((rows == cols) & (rows >= n), jnp.asarray(diagonal, a.dtype), a)
 
 
 def pad_rows(b, n_pad: int):

@@ -1,0 +1,41 @@
+"""The block-cyclic conversion on its own, as the solvers run it (for tests,
+tools and users who want to see the layout)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import collective, distribution as dist
+
+
+def convert_block(a, *, placement, tile: int, to_block_cyclic: bool = True):
+    """Per device (inside shard_map): converts this device's (N/n, N) row block.
+
+    Read column-major, the blocks are the column blocks of a^T; after the
+    conversion device d's local slot s holds tile s * n + d.
+    """
+    results = (jax.ShapeDtypeStruct(a.shape, a.dtype),)
+    (out,) = collective.call(
+        "layout", placement, (a,), results, tile=tile, to_block_cyclic=to_block_cyclic
+    )
+    return out
+
+
+@functools.partial(jax.jit, static_argnames=("mesh", "axis", "tile", "to_block_cyclic"))
+def block_cyclic(a, *, mesh, axis: str, tile: int, to_block_cyclic: bool = True):
+    """The whole row-sharded (N, N) matrix after conversion: row block d holds
+    rows of tiles d, d + n, d + 2n, ... (N must be a multiple of n * tile)."""
+    placement = dist.Placement(mesh, axis, manual=False)
+    spec = P(axis, None)
+    return jax.shard_map(
+        functools.partial(
+            convert_block, placement=placement, tile=tile, to_block_cyclic=to_block_cyclic
+        ),
+        mesh=mesh,
+        in_specs=(spec,),
+        out_specs=spec,
+        check_vma=False,
+    )(a)

@@ -1,0 +1,8 @@
+"""Shared pytest set-up: tests use float64 references, so x64 is on here (the
+library itself never changes it; test_config.py checks that in a process of
+its own)."""
+
+import jax
+
+if not getattr(jax.config, "_jaxmg_tests_keep_x64_off", False):
+    jax.config.update("jax_enable_x64", True)
