@@ -11,11 +11,45 @@ import numpy as np
 from jaxmg._src import distribution, library
 
 
+_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}
+
+
+def _concrete_mesh(placement: distribution.Placement):
+    """The concrete Mesh of the call: given, or (inside shard_map, where only
+    an AbstractMesh is visible) the one set with `jax.set_mesh`."""
+    if isinstance(placement.mesh, jax.sharding.Mesh):
+        return placement.mesh
+    try:
+        from jax._src.mesh import get_concrete_mesh
+
+        mesh = get_concrete_mesh()
+    except (ImportError, ValueError):
+        return None
+    return None if mesh is None or mesh.empty else mesh
+
+
 def platform_of(placement: distribution.Placement) -> str:
-    devices = getattr(placement.mesh, "devices", None)
-    if devices is not None:
-        return devices.flat[0].platform
-    return jax.default_backend()
+    mesh = _concrete_mesh(placement)
+    if mesh is not None:
+        platform = mesh.devices.flat[0].platform
+    else:
+        device = getattr(placement.mesh, "abstract_device", None)
+        platform = device.platform if device is not None else jax.default_backend()
+    if platform not in _PLATFORMS:
+        raise NotImplementedError(f"jaxmg: no backend for platform {platform!r} (cpu and cuda exist)")
+    return _PLATFORMS[platform]
+
+
+def _device_ids(placement: distribution.Placement) -> np.ndarray:
+    """CUDA ordinals of the devices along the axis, in axis order."""
+    mesh = _concrete_mesh(placement)
+    if mesh is None:
+        raise ValueError(
+            "jaxmg: inside shard_map on GPUs, pass mesh= (the concrete jax.sharding.Mesh) or "
+            "call under `with jax.set_mesh(mesh):`"
+        )
+    axis_devices = np.moveaxis(mesh.devices, mesh.axis_names.index(placement.axis), 0).reshape(-1)
+    return np.array([d.local_hardware_id for d in axis_devices], dtype=np.int64)
 
 
 def call(routine: str, placement, operands, results, *, tile: int, **attrs):
@@ -26,11 +60,11 @@ def call(routine: str, placement, operands, results, *, tile: int, **attrs):
     """
     a = operands[0]
     platform = platform_of(placement)
-    if platform != "cpu":
-        raise NotImplementedError(
-            f"jaxmg: the {platform} backend is not built yet; this release runs on CPU devices"
-        )
-    library.library()
+    if platform == "cuda":
+        library.cuda_library()
+        attrs["device_ids"] = _device_ids(placement)
+    else:
+        library.library()
     index = jax.lax.axis_index(placement.axis).astype(jnp.int32)
     # The layout conversion moves bytes: one target serves every dtype.
     if routine == "layout":

@@ -49,16 +49,28 @@ class Placement:
         return self.mesh.shape[self.axis]
 
 
-def check_square(a, name: str = "a") -> int:
+def check_rank2(a, name: str = "a") -> None:
     shape = getattr(a, "shape", None)
     if shape is None or len(shape) != 2:
         raise ValueError(
             f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}; "
             "use jax.vmap for batches"
         )
-    if shape[0] != shape[1]:
-        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(shape)}")
-    return int(shape[0])
+
+
+def check_square(a, placement: "Placement", name: str = "a") -> int:
+    """The global order N; inside shard_map `a` is a device's (N/n, N) block."""
+    rows, cols = a.shape
+    if placement.manual:
+        n_devices = jax.lax.axis_size(placement.axis)
+        if rows * n_devices != cols:
+            raise ValueError(
+                f"jaxmg: inside shard_map {name} must be this device's (N/{n_devices}, N) row "
+                f"block, got shape {tuple(a.shape)}"
+            )
+    elif rows != cols:
+        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}")
+    return int(cols)
 
 
 def check_dtype(a, name: str = "a") -> np.dtype:

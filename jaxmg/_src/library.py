@@ -45,7 +45,7 @@ def _candidates() -> list[pathlib.Path]:
 
 @functools.cache
 def library() -> ctypes.CDLL:
-    """Loads the FFI library once and registers its targets with XLA."""
+    """Loads the FFI library once and registers its CPU targets with XLA."""
     candidates = _candidates()
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
@@ -59,6 +59,8 @@ def library() -> ctypes.CDLL:
     lib.jaxmg_register_lapack.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
     lib.jaxmg_register_lapack.restype = ctypes.c_int
     lib.jaxmg_live_meetings.restype = ctypes.c_int64
+    lib.jaxmg_cuda_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    lib.jaxmg_cuda_init.restype = ctypes.c_int
     _register_lapack(lib)
     for routine in ROUTINES:
         for dtype in DTYPE_PREFIX:
@@ -68,6 +70,39 @@ def library() -> ctypes.CDLL:
         "jaxmg_layout_cpu", jax.ffi.pycapsule(lib.jaxmg_layout_cpu), platform="cpu"
     )
     return lib
+
+
+@functools.cache
+def cuda_library() -> ctypes.CDLL:
+    """Loads the CUDA libraries into the FFI library and registers the CUDA
+    targets (first GPU call only)."""
+    lib = library()
+    error = ctypes.create_string_buffer(4096)
+    if lib.jaxmg_cuda_init(":".join(cuda_search_path()).encode(), error, len(error)):
+        raise RuntimeError(error.value.decode())
+    for routine in ROUTINES:
+        for dtype in DTYPE_PREFIX:
+            name = target_name(routine, dtype, "cuda")
+            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="CUDA")
+    return lib
+
+
+def cuda_search_path() -> list[str]:
+    """Where cudart, cuBLAS and cuSOLVERMg are looked for: the NVIDIA pip
+    wheels (CUDA 13 and 12 layouts), then a CUDA toolkit."""
+    dirs = []
+    try:
+        import nvidia
+
+        for root in map(pathlib.Path, nvidia.__path__):
+            dirs += [root / "cu13" / "lib", root / "cu12" / "lib"]
+            dirs += [root / name / "lib" for name in ("cusolver", "cublas", "cuda_runtime", "nvjitlink", "cusparse")]
+    except ImportError:
+        pass
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        if home:
+            dirs.append(pathlib.Path(home) / "lib64")
+    return [str(d) for d in dirs if d.is_dir()]
 
 
 def _register_lapack(lib: ctypes.CDLL) -> None:

@@ -8,10 +8,20 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, distribution as dist
+from jaxmg._src import collective, dispatch, distribution as dist, native
 
 
-def potrs(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, donate=False):
+def potrs(
+    a,
+    b,
+    *,
+    tile_size=None,
+    mesh=None,
+    spec=None,
+    backend="auto",
+    return_info=False,
+    donate=False,
+):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
 
     Args:
@@ -25,6 +35,9 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, dona
       mesh, spec: the mesh and a's PartitionSpec; read from ``a.sharding``
         when not given (required inside ``jit`` unless a mesh is set with
         ``jax.set_mesh``). Inside ``shard_map``, pass the local blocks.
+      backend: "jaxmg" (the distributed solver), "jax" (JAX's own solver on
+        the replicated matrix) or "auto": jaxmg on CPU; on GPUs JAX for a
+        one-device mesh or N below a measured crossover, else jaxmg.
       return_info: also return LAPACK's info: 0 on success, k > 0 if the
         leading minor of order k is not positive definite.
       donate: let jaxmg reuse a's buffer (a is deleted); saves one copy of A.
@@ -33,10 +46,14 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, dona
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
     """
-    n = dist.check_square(a, "a")
+    dist.check_rank2(a, "a")
     dtype = dist.check_dtype(a, "a")
+    tile = dist.check_tile(tile_size)
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    n = dist.check_square(a, placement, "a")
     b = jnp.asarray(b) if not hasattr(b, "shape") else b
-    if b.ndim not in (1, 2) or b.shape[0] != n:
+    rows = (a.shape[0], n) if placement.manual else (n,)
+    if b.ndim not in (1, 2) or b.shape[0] not in rows:
         raise ValueError(
             f"jaxmg: b must have shape ({n},) or ({n}, K) to match a's {n} rows, got {b.shape}"
         )
@@ -45,16 +62,15 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, dona
             f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but a has {dtype.name}; "
             f"cast with b.astype(a.dtype)"
         )
-    tile = dist.check_tile(tile_size)
-    placement = dist.resolve_placement(a, mesh, spec, "a")
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
+    engine = dispatch.choose("potrs", n, placement, backend)
     if placement.manual:
         x, info = _potrs_blocks(a, b2, placement, tile)
     else:
         b_sharded = _is_row_sharded(b, placement)
         run = _potrs_donating if donate else _potrs
-        x, info = run(a, b2, placement=placement, tile=tile, b_sharded=b_sharded)
+        x, info = run(a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine)
     x = x[:, 0] if vector else x
     return (x, info) if return_info else x
 
@@ -68,8 +84,12 @@ def _is_row_sharded(b, placement) -> bool:
     return rows == placement.axis
 
 
-def _potrs_impl(a, b, *, placement, tile, b_sharded):
+def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
     n = a.shape[0]
+    if engine == "jax":
+        x, info = native.potrs(a, b, placement)
+        b_spec = P(placement.axis, None) if b_sharded else P()
+        return dist.constrain(x, placement, b_spec), info
     t = dist.choose_tile(n, placement.n_devices, tile)
     n_pad = dist.padded_size(n, placement.n_devices, t)
     a_spec = P(placement.axis, None)
@@ -87,7 +107,7 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded):
     return dist.unpad(x, placement, n, (0,)), info[0]
 
 
-_STATIC = ("placement", "tile", "b_sharded")
+_STATIC = ("placement", "tile", "b_sharded", "engine")
 _potrs = jax.jit(_potrs_impl, static_argnames=_STATIC)
 _potrs_donating = jax.jit(_potrs_impl, static_argnames=_STATIC, donate_argnums=0)
 
@@ -95,14 +115,7 @@ _potrs_donating = jax.jit(_potrs_impl, static_argnames=_STATIC, donate_argnums=0
 def _potrs_blocks(a, b, placement, tile):
     """Inside the caller's shard_map: a is this device's (N/n, N) block."""
     rows, n = a.shape
-    n_devices = jax.lax.axis_size(placement.axis)
-    if rows * n_devices != n:
-        raise ValueError(
-            f"jaxmg: inside shard_map a's block must be (N/{n_devices}, N), got {a.shape}"
-        )
-    b_sharded = b.shape[0] == rows and n_devices > 1
-    if b.shape[0] not in (rows, n):
-        raise ValueError(f"jaxmg: b's block must have {rows} or {n} rows, got {b.shape}")
+    b_sharded = b.shape[0] == rows and rows != n
     t = dist.largest_divisor_at_most(rows, tile or dist.DEFAULT_TILE)
     placement = dist.Placement(placement.mesh, placement.axis, manual=True)
     _, x, info = _potrs_body(a, b, placement=placement, tile=t, b_sharded=b_sharded)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, distribution as dist
+from jaxmg._src import collective, dispatch, distribution as dist, native
 
 
 def syevd(
@@ -18,6 +18,7 @@ def syevd(
     tile_size=None,
     mesh=None,
     spec=None,
+    backend="auto",
     return_info=False,
     donate=False,
 ):
@@ -27,7 +28,7 @@ def syevd(
       a: (N, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
         only one triangle is read (the upper one in row-major terms).
       compute_vectors: also compute the eigenvectors.
-      tile_size, mesh, spec, donate: as for :func:`jaxmg.potrs`.
+      tile_size, mesh, spec, backend, donate: as for :func:`jaxmg.potrs`.
       return_info: also return LAPACK's info (0 on success).
 
     Returns:
@@ -37,11 +38,13 @@ def syevd(
         eigenvectors. Only when ``compute_vectors``.
       info (int32 scalar) last, if ``return_info``. On failure w and v are NaN.
     """
-    dist.check_square(a, "a")
+    dist.check_rank2(a, "a")
     dist.check_dtype(a, "a")
     tile = dist.check_tile(tile_size)
     placement = dist.resolve_placement(a, mesh, spec, "a")
+    n = dist.check_square(a, placement, "a")
     vectors = bool(compute_vectors)
+    engine = dispatch.choose("syevd", n, placement, backend)
     if placement.manual:
         t = dist.largest_divisor_at_most(a.shape[0], tile or dist.DEFAULT_TILE)
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
@@ -50,14 +53,18 @@ def syevd(
         info = info[0]
     else:
         run = _syevd_donating if donate else _syevd
-        w, v, info = run(a, placement=placement, tile=tile, vectors=vectors)
+        w, v, info = run(a, placement=placement, tile=tile, vectors=vectors, engine=engine)
         out = (w, v) if vectors else (w,)
     out = out + (info,) if return_info else out
     return out[0] if len(out) == 1 else out
 
 
-def _syevd_impl(a, *, placement, tile, vectors):
+def _syevd_impl(a, *, placement, tile, vectors, engine):
     n = a.shape[0]
+    if engine == "jax":
+        w, v, info = native.syevd(a, placement, vectors)
+        v = dist.constrain(v, placement, P(None, placement.axis)) if vectors else None
+        return w, v, info
     t = dist.choose_tile(n, placement.n_devices, tile)
     n_pad = dist.padded_size(n, placement.n_devices, t)
     a_spec = P(placement.axis, None)
@@ -76,7 +83,7 @@ def _syevd_impl(a, *, placement, tile, vectors):
     return w[:n], v, info[0]
 
 
-_STATIC = ("placement", "tile", "vectors")
+_STATIC = ("placement", "tile", "vectors", "engine")
 _syevd = jax.jit(_syevd_impl, static_argnames=_STATIC)
 _syevd_donating = jax.jit(_syevd_impl, static_argnames=_STATIC, donate_argnums=0)
 

@@ -18,7 +18,8 @@ namespace jaxmg::lapack {
 template <typename T>
 Status Potrs(const BlockCyclicMatrix<T>& a, T* b, int64_t nrhs, int32_t* info);
 
-// Overwrites A with its full (both triangles) inverse.
+// Overwrites A's lower triangle with that of its inverse (as LAPACK and
+// cuSOLVERMg do; the Python layer mirrors it).
 template <typename T>
 Status Potri(const BlockCyclicMatrix<T>& a, int32_t* info);
 

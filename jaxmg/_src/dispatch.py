@@ -1,0 +1,33 @@
+"""Which engine runs a call: jaxmg's distributed solvers, or JAX's own
+single-device solvers where those are faster."""
+
+from __future__ import annotations
+
+from jaxmg._src import collective, distribution as dist
+
+BACKENDS = ("auto", "jaxmg", "jax")
+
+# Orders below which JAX's own solver on one GPU beats cuSOLVERMg spread over
+# several (H200, float64: two-GPU potrf only wins from N~32768; cuSOLVERMg's
+# syevd is slower than one-GPU eigh at every size that fits one GPU).
+GPU_CROSSOVER = {"potrs": 24576, "potri": 24576, "syevd": 49152}
+
+
+def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str:
+    """"jaxmg" or "jax" for this call. On CPU, auto always picks jaxmg (its
+    purpose there is to run the multi-device protocol)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"jaxmg: backend must be one of {BACKENDS}, got {backend!r}")
+    if placement.manual:
+        if backend == "jax":
+            raise ValueError(
+                "jaxmg: backend='jax' needs the whole matrix; inside shard_map use the default"
+            )
+        return "jaxmg"
+    if backend != "auto":
+        return backend
+    if collective.platform_of(placement) == "cpu":
+        return "jaxmg"
+    if placement.n_devices == 1 or n < GPU_CROSSOVER[routine]:
+        return "jax"
+    return "jaxmg"

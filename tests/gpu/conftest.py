@@ -1,0 +1,13 @@
+"""GPU suite set-up: float64 references need x64 (the tests' choice)."""
+
+import jax
+import pytest
+
+jax.config.update("jax_enable_x64", True)
+
+
+def pytest_collection_modifyitems(config, items):
+    if not jax.devices()[0].platform == "gpu":
+        skip = pytest.mark.skip(reason="needs a GPU (run by tools/gpu_check on the GPU machine)")
+        for item in items:
+            item.add_marker(skip)

@@ -1,0 +1,343 @@
+// XLA FFI handlers for platform "CUDA" (SPMD: one process, one XLA thread
+// per GPU). Each participant sizes and takes its workspace from XLA's scratch
+// allocator on its own GPU, waits for its stream, and meets the others; the
+// leader then drives cuSOLVERMg over every participant's buffers.
+#include <complex>
+#include <cstring>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+#include "xla_ext/common/scalar.h"
+#include "xla_ext/engines/mg/context.h"
+#include "xla_ext/engines/mg/engine.h"
+#include "xla_ext/ffi/common.h"
+#include "xla_ext/layout/block_cyclic.h"
+#include "xla_ext/rendezvous/rendezvous.h"
+#include "xla_ext/vendor/cuda.h"
+
+namespace jaxmg {
+namespace {
+
+namespace ffi = ::xla::ffi;
+using ffi_common::CallSite;
+using ffi_common::CheckMatrixBlock;
+using ffi_common::ToFfi;
+using layout::ColumnLayout;
+using mg::Context;
+using mg::Routine;
+
+// What every participant works out before the meeting.
+struct Prologue {
+  CallSite site;
+  ColumnLayout layout;
+  Context* ctx = nullptr;
+};
+
+Status Begin(ffi::RunId run, int32_t ordinal, ffi::Span<const int64_t> device_ids,
+             ffi::Span<const int64_t> a_dims, int64_t tile, int64_t call_id, int64_t timeout_ms,
+             Prologue* p) {
+  if (!cuda::Loaded()) {
+    return Status::Error("jaxmg: the CUDA libraries are not loaded; jaxmg loads them when it "
+                         "registers its CUDA targets (import jaxmg and call it normally)");
+  }
+  std::vector<int> devices(device_ids.begin(), device_ids.end());
+  int index = -1;
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (devices[i] == ordinal) index = static_cast<int>(i);
+  }
+  if (index < 0) {
+    return Errorf("jaxmg: GPU ", ordinal, " runs a jaxmg call but is not in its device list");
+  }
+  p->site = CallSite{run.run_id, call_id, static_cast<int32_t>(devices.size()), index, tile,
+                     std::chrono::milliseconds(timeout_ms)};
+  JAXMG_RETURN_IF_ERROR(CheckMatrixBlock("a", a_dims, p->site, &p->layout));
+  return Context::Get(devices, &p->ctx);
+}
+
+Status Allocate(ffi::ScratchAllocator& scratch, size_t bytes, void** out) {
+  // XLA's FFI allocator accepts alignments up to 16; its blocks are in fact
+  // aligned far more.
+  std::optional<void*> ptr = scratch.Allocate(std::max<size_t>(bytes, 256), 16);
+  if (!ptr.has_value()) {
+    return Errorf("jaxmg: XLA could not allocate ", bytes,
+                  " bytes of workspace; lower XLA_PYTHON_CLIENT_MEM_FRACTION's claim or the "
+                  "problem size");
+  }
+  *out = *ptr;
+  return Status::Ok();
+}
+
+// The participant's workspace and spare tile from XLA's allocator; `extra`
+// more elements go to the returned pointer `extra_out` (participant 0's
+// right-hand-side staging).
+template <typename T>
+Status Workspace(const Prologue& p, Routine routine, int64_t nrhs, T* a,
+                 ffi::ScratchAllocator& scratch, mg::Shard<T>* shard, int64_t extra = 0,
+                 T** extra_out = nullptr) {
+  int64_t lwork = 0;
+  {
+    std::lock_guard<std::mutex> lock(p.ctx->mu);
+    mg::DeviceGuard guard;
+    JAXMG_RETURN_IF_ERROR(
+        mg::WorkspaceElements<T>(*p.ctx, routine, p.layout, nrhs, a, &lwork));
+  }
+  lwork = (lwork + 63) / 64 * 64;  // keeps the spare tile 256-byte aligned
+  const int64_t tile = p.layout.n_cols * p.layout.tile;
+  void* block = nullptr;
+  JAXMG_RETURN_IF_ERROR(Allocate(scratch, (lwork + tile + extra) * sizeof(T), &block));
+  shard->a = a;
+  shard->work = static_cast<T*>(block);
+  shard->spare = shard->work + lwork;
+  if (extra_out) *extra_out = shard->spare + tile;
+  return Status::Ok();
+}
+
+// XLA aliases the output with the input; copy only if it did not, then wait
+// for the stream so the leader sees finished inputs.
+template <typename T>
+Status Ready(cudaStream_t stream, const void* in, T* out, size_t bytes) {
+  const cuda::Api& api = cuda::api();
+  if (in != out) {
+    JAXMG_CUDA(api.cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream));
+  }
+  JAXMG_CUDA(api.cudaStreamSynchronize(stream));
+  return Status::Ok();
+}
+
+Status PublishInfo(const std::vector<int32_t*>& targets, int32_t info) {
+  for (int32_t* target : targets) {
+    JAXMG_CUDA(cuda::api().cudaMemcpy(target, &info, sizeof(info), cudaMemcpyHostToDevice));
+  }
+  return Status::Ok();
+}
+
+template <typename P, typename T>
+std::vector<mg::Shard<T>> Shards(const std::vector<void*>& all) {
+  std::vector<mg::Shard<T>> shards;
+  for (void* v : all) shards.push_back(static_cast<P*>(v)->shard);
+  return shards;
+}
+
+template <typename P>
+std::vector<int32_t*> Infos(const std::vector<void*>& all) {
+  std::vector<int32_t*> infos;
+  for (void* v : all) infos.push_back(static_cast<P*>(v)->info);
+  return infos;
+}
+
+// Runs the leader's work holding the context: one call at a time per device set.
+template <typename Fn>
+Status Lead(Context& ctx, Fn&& work) {
+  std::lock_guard<std::mutex> lock(ctx.mu);
+  mg::DeviceGuard guard;
+  return work();
+}
+
+//===--------------------------------------------------------------------===//
+// potrs
+//===--------------------------------------------------------------------===//
+
+template <typename T>
+struct PotrsShard {
+  mg::Shard<T> shard;
+  const T* b;
+  T* x;
+  T* stage;  // participant 0 only: 2 * N * k elements
+  int32_t* info;
+};
+
+template <ffi::DataType DT>
+ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<DT> b, ffi::AnyBuffer,
+                     ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<DT>> x,
+                     ffi::Result<ffi::Buffer<ffi::S32>> info, int64_t, int64_t tile,
+                     int64_t call_id, int64_t timeout_ms, bool b_sharded,
+                     ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  Prologue p;
+  Status s = Begin(run, ordinal, device_ids, a.dimensions(), tile, call_id, timeout_ms, &p);
+  if (!s.ok()) return ToFfi(s);
+  auto b_dims = b.dimensions();
+  const int64_t n = p.layout.n_cols;
+  const int64_t rows = b_sharded ? n / p.site.n_devices : n;
+  if (b_dims.size() != 2 || b_dims[0] != rows) {
+    return ffi::Error::InvalidArgument("jaxmg: b's block must have " + std::to_string(rows) +
+                                       " rows");
+  }
+  const int64_t k = b_dims[1];
+  PotrsShard<T> mine{{}, b.typed_data(), x->typed_data(), nullptr, info->typed_data()};
+  const bool leader = p.site.index == 0;
+  s = Workspace<T>(p, Routine::kPotrs, std::min(k, p.layout.tile), a_out->typed_data(), scratch,
+                   &mine.shard, leader ? 2 * n * k : 0, leader ? &mine.stage : nullptr);
+  if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
+  if (!s.ok()) return ToFfi(s);
+  return ToFfi(rendezvous::Meet(
+      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+      [&](const std::vector<void*>& all) {
+        return Lead(*p.ctx, [&]() -> Status {
+          mg::Rhs<T> rhs;
+          rhs.sharded = b_sharded;
+          rhs.k = k;
+          for (void* v : all) {
+            rhs.b.push_back(static_cast<PotrsShard<T>*>(v)->b);
+            rhs.x.push_back(static_cast<PotrsShard<T>*>(v)->x);
+          }
+          rhs.stage = mine.stage;
+          rhs.columns = mine.stage + n * k;
+          int32_t status = 0;
+          JAXMG_RETURN_IF_ERROR(mg::Potrs<T>(*p.ctx, p.layout,
+                                             Shards<PotrsShard<T>, T>(all), rhs, &status));
+          return PublishInfo(Infos<PotrsShard<T>>(all), status);
+        });
+      }));
+}
+
+//===--------------------------------------------------------------------===//
+// potri
+//===--------------------------------------------------------------------===//
+
+template <typename T>
+struct MatrixShard {
+  mg::Shard<T> shard;
+  Real<T>* w;  // syevd only
+  int32_t* info;
+};
+
+template <ffi::DataType DT>
+ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run, ffi::Buffer<DT> a, ffi::AnyBuffer,
+                     ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<ffi::S32>> info,
+                     int64_t, int64_t tile, int64_t call_id, int64_t timeout_ms,
+                     ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  Prologue p;
+  Status s = Begin(run, ordinal, device_ids, a.dimensions(), tile, call_id, timeout_ms, &p);
+  MatrixShard<T> mine{{}, nullptr, info->typed_data()};
+  if (s.ok()) s = Workspace<T>(p, Routine::kPotri, 0, a_out->typed_data(), scratch, &mine.shard);
+  if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
+  if (!s.ok()) return ToFfi(s);
+  return ToFfi(rendezvous::Meet(
+      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+      [&](const std::vector<void*>& all) {
+        return Lead(*p.ctx, [&]() -> Status {
+          int32_t status = 0;
+          JAXMG_RETURN_IF_ERROR(
+              mg::Potri<T>(*p.ctx, p.layout, Shards<MatrixShard<T>, T>(all), &status));
+          return PublishInfo(Infos<MatrixShard<T>>(all), status);
+        });
+      }));
+}
+
+//===--------------------------------------------------------------------===//
+// syevd
+//===--------------------------------------------------------------------===//
+
+template <ffi::DataType DT>
+ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run, ffi::Buffer<DT> a, ffi::AnyBuffer,
+                     ffi::Result<ffi::Buffer<DT>> a_out,
+                     ffi::Result<ffi::Buffer<ffi::ToReal(DT)>> w,
+                     ffi::Result<ffi::Buffer<ffi::S32>> info, int64_t, int64_t tile,
+                     int64_t call_id, int64_t timeout_ms, bool vectors,
+                     ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  Prologue p;
+  Status s = Begin(run, ordinal, device_ids, a.dimensions(), tile, call_id, timeout_ms, &p);
+  MatrixShard<T> mine{{}, w->typed_data(), info->typed_data()};
+  const Routine routine = vectors ? Routine::kSyevd : Routine::kSyevdValues;
+  if (s.ok()) s = Workspace<T>(p, routine, 0, a_out->typed_data(), scratch, &mine.shard);
+  if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
+  if (!s.ok()) return ToFfi(s);
+  return ToFfi(rendezvous::Meet(
+      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+      [&](const std::vector<void*>& all) {
+        return Lead(*p.ctx, [&]() -> Status {
+          std::vector<Real<T>> values(p.layout.n_cols);
+          int32_t status = 0;
+          JAXMG_RETURN_IF_ERROR(mg::Syevd<T>(*p.ctx, p.layout, Shards<MatrixShard<T>, T>(all),
+                                             vectors, values.data(), &status));
+          for (void* v : all) {
+            JAXMG_CUDA(cuda::api().cudaMemcpy(static_cast<MatrixShard<T>*>(v)->w, values.data(),
+                                              values.size() * sizeof(Real<T>),
+                                              cudaMemcpyHostToDevice));
+          }
+          return PublishInfo(Infos<MatrixShard<T>>(all), status);
+        });
+      }));
+}
+
+//===--------------------------------------------------------------------===//
+// Bindings: the same operands, results and attributes as the CPU targets,
+// plus `device_ids` (the mesh's CUDA ordinals in axis order). The index
+// operand is ignored: a GPU finds its place from its own ordinal.
+//===--------------------------------------------------------------------===//
+
+template <typename Binding>
+auto CudaCallAttrs(Binding binding) {
+  return std::move(binding)
+      .template Attr<int64_t>("n_devices")
+      .template Attr<int64_t>("tile")
+      .template Attr<int64_t>("call_id")
+      .template Attr<int64_t>("timeout_ms");
+}
+
+auto CudaPrefix() {
+  return ffi::Ffi::Bind()
+      .Ctx<ffi::PlatformStream<cudaStream_t>>()
+      .Ctx<ffi::DeviceOrdinal>()
+      .Ctx<ffi::ScratchAllocator>()
+      .Ctx<ffi::RunId>();
+}
+
+template <ffi::DataType DT>
+auto PotrsCudaBinding() {
+  return CudaCallAttrs(CudaPrefix()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::AnyBuffer>()
+                           .template Ret<ffi::Buffer<DT>>()
+                           .template Ret<ffi::Buffer<DT>>()
+                           .template Ret<ffi::Buffer<ffi::S32>>())
+      .template Attr<bool>("b_sharded")
+      .template Attr<ffi::Span<const int64_t>>("device_ids");
+}
+
+template <ffi::DataType DT>
+auto PotriCudaBinding() {
+  return CudaCallAttrs(CudaPrefix()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::AnyBuffer>()
+                           .template Ret<ffi::Buffer<DT>>()
+                           .template Ret<ffi::Buffer<ffi::S32>>())
+      .template Attr<ffi::Span<const int64_t>>("device_ids");
+}
+
+template <ffi::DataType DT>
+auto SyevdCudaBinding() {
+  return CudaCallAttrs(CudaPrefix()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::AnyBuffer>()
+                           .template Ret<ffi::Buffer<DT>>()
+                           .template Ret<ffi::Buffer<ffi::ToReal(DT)>>()
+                           .template Ret<ffi::Buffer<ffi::S32>>())
+      .template Attr<bool>("vectors")
+      .template Attr<ffi::Span<const int64_t>>("device_ids");
+}
+
+}  // namespace
+}  // namespace jaxmg
+
+// Target names: jaxmg_<s|d|c|z><routine>_cuda.
+#define JAXMG_CUDA_TARGETS(routine, Impl, Binding)                               \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_s##routine##_cuda, Impl<::xla::ffi::F32>,  \
+                                Binding<::xla::ffi::F32>());                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_d##routine##_cuda, Impl<::xla::ffi::F64>,  \
+                                Binding<::xla::ffi::F64>());                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_c##routine##_cuda, Impl<::xla::ffi::C64>,  \
+                                Binding<::xla::ffi::C64>());                     \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_z##routine##_cuda, Impl<::xla::ffi::C128>, \
+                                Binding<::xla::ffi::C128>())
+
+JAXMG_CUDA_TARGETS(potrs, jaxmg::PotrsCuda, jaxmg::PotrsCudaBinding);
+JAXMG_CUDA_TARGETS(potri, jaxmg::PotriCuda, jaxmg::PotriCudaBinding);
+JAXMG_CUDA_TARGETS(syevd, jaxmg::SyevdCuda, jaxmg::SyevdCudaBinding);
