@@ -24,9 +24,21 @@ def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str
                 "jaxmg: backend='jax' needs the whole matrix; inside shard_map use the default"
             )
         return "jaxmg"
+    platform = collective.platform_of(placement)
+    if platform == "cuda" and routine == "potri" and placement.n_devices > 1:
+        # cusolverMgPotri (cuSOLVER 12.0.4, H200) returns wrong inverses across
+        # two distinct GPUs from N~4096 on (JAXMg 0.0.8 fails the same check);
+        # its potrf, potrs and syevd pass there.
+        if backend == "jaxmg":
+            raise ValueError(
+                "jaxmg: backend='jaxmg' potri is disabled on several GPUs: cuSOLVERMg's potri "
+                "returns wrong inverses across distinct GPUs. Use backend='auto' (JAX's solver) "
+                "or a one-device mesh"
+            )
+        return "jax"
     if backend != "auto":
         return backend
-    if collective.platform_of(placement) == "cpu":
+    if platform == "cpu":
         return "jaxmg"
     if placement.n_devices == 1 or n < GPU_CROSSOVER[routine]:
         return "jax"

@@ -249,6 +249,16 @@ def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
     return x[index]
 
 
+def constrain_result(x, placement: Placement, spec):
+    """constrain() for a result: a dimension the devices cannot split evenly
+    stays whole under explicit sharding (which allows no uneven shards)."""
+    if _is_explicit(placement):
+        entries = tuple(spec) + (None,) * (x.ndim - len(spec))
+        if any(e is not None and x.shape[d] % placement.n_devices for d, e in enumerate(entries)):
+            spec = P()
+    return constrain(x, placement, spec)
+
+
 def constrain(x, placement: Placement, spec):
     if placement.manual:
         return x

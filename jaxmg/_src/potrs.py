@@ -89,7 +89,7 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
     if engine == "jax":
         x, info = native.potrs(a, b, placement)
         b_spec = P(placement.axis, None) if b_sharded else P()
-        return dist.constrain(x, placement, b_spec), info
+        return dist.constrain_result(x, placement, b_spec), info
     t = dist.choose_tile(n, placement.n_devices, tile)
     n_pad = dist.padded_size(n, placement.n_devices, t)
     a_spec = P(placement.axis, None)

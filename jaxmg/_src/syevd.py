@@ -63,7 +63,7 @@ def _syevd_impl(a, *, placement, tile, vectors, engine):
     n = a.shape[0]
     if engine == "jax":
         w, v, info = native.syevd(a, placement, vectors)
-        v = dist.constrain(v, placement, P(None, placement.axis)) if vectors else None
+        v = dist.constrain_result(v, placement, P(None, placement.axis)) if vectors else None
         return w, v, info
     t = dist.choose_tile(n, placement.n_devices, tile)
     n_pad = dist.padded_size(n, placement.n_devices, t)

@@ -1,5 +1,6 @@
 #include "xla_ext/engines/mg/context.h"
 
+#include <algorithm>
 #include <memory>
 
 namespace jaxmg::mg {
@@ -73,6 +74,17 @@ Status Context::Descriptor(int64_t n_rows, int64_t n_cols, int64_t tile, cudaDat
 
 Status Context::SynchronizeLanes() const {
   for (cudaStream_t s : streams_) JAXMG_CUDA(cuda::api().cudaStreamSynchronize(s));
+  return Status::Ok();
+}
+
+Status Context::SynchronizeDevices() const {
+  std::vector<int> done;
+  for (int device : devices_) {
+    if (std::find(done.begin(), done.end(), device) != done.end()) continue;
+    JAXMG_CUDA(cuda::api().cudaSetDevice(device));
+    JAXMG_CUDA(cuda::api().cudaDeviceSynchronize());
+    done.push_back(device);
+  }
   return Status::Ok();
 }
 

@@ -35,6 +35,11 @@ class Context {
   // Waits for every lane's stream.
   Status SynchronizeLanes() const;
 
+  // Waits for all work on every device of the list. cuSOLVERMg returns
+  // before its kernels on the other GPUs have finished, so its results are
+  // only safe to move after this.
+  Status SynchronizeDevices() const;
+
   std::mutex mu;
 
  private:

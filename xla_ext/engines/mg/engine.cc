@@ -234,6 +234,7 @@ Status Potrs(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
                                        &h_info));
   }
   *info = h_info;
+  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
 
   if (h_info == 0 && k > 0) {
     JAXMG_RETURN_IF_ERROR(ConjTranspose(ctx, rhs.columns, n, k, rhs.stage));
@@ -269,6 +270,7 @@ Status Potri(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
                                        1, desc, kType<T>, work.data(), lwork, &h_info));
   }
   *info = h_info;
+  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
   JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToContiguous));
   if (h_info != 0) {
     for (int d = 0; d < layout.n_devices; ++d) {
@@ -297,6 +299,7 @@ Status Syevd(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
       CUBLAS_FILL_MODE_LOWER, n, a_ptrs.data(), 1, 1, desc, w, kType<Real<T>>, kType<T>,
       work.data(), lwork, &h_info));
   *info = h_info;
+  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
   if (vectors) {
     JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToContiguous));
     if (h_info != 0) {
