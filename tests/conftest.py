@@ -2,7 +2,18 @@
 library itself never changes it; test_config.py checks that in a process of
 its own)."""
 
+import zlib
+
 import jax
+import numpy as np
+import pytest
 
 if not getattr(jax.config, "_jaxmg_tests_keep_x64_off", False):
     jax.config.update("jax_enable_x64", True)
+
+
+@pytest.fixture
+def rng(request):
+    """A generator seeded by the test's name (parameters included), so every
+    case has its own reproducible data."""
+    return np.random.default_rng(zlib.crc32(request.node.name.encode()))

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import pathlib
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
+from scipy.linalg import lapack
+
+import jaxmg
 
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 
@@ -28,11 +36,18 @@ def random_matrix(rng, n: int, dtype, m: int | None = None) -> np.ndarray:
 def spd(rng, n: int, dtype, condition: float = 10.0) -> np.ndarray:
     """A symmetric/Hermitian positive-definite matrix with the given condition
     number (eigenvalues spread geometrically), exactly symmetric."""
-    q, _ = np.linalg.qr(random_matrix(rng, n, np.complex128 if np.iscomplexobj(dtype(0)) else np.float64))
-    w = np.geomspace(1.0, condition, n) if n > 1 else np.ones(1)
-    a = (q * w) @ q.conj().T
-    a = (a + a.conj().T) / 2
-    return a.astype(dtype)
+    return with_eigenvalues(rng, np.geomspace(1.0, condition, n) if n > 1 else np.ones(1), dtype)
+
+
+def with_eigenvalues(rng, w, dtype) -> np.ndarray:
+    """A symmetric/Hermitian matrix with the eigenvalues w (up to rounding)
+    and random eigenvectors, exactly symmetric."""
+    n = len(w)
+    q, _ = np.linalg.qr(
+        random_matrix(rng, n, np.complex128 if np.iscomplexobj(dtype(0)) else np.float64)
+    )
+    a = (q * np.asarray(w, dtype=np.float64)) @ q.conj().T
+    return ((a + a.conj().T) / 2).astype(dtype)
 
 
 def hermitian(rng, n: int, dtype) -> np.ndarray:
@@ -63,3 +78,60 @@ def solve_kwargs(x, mesh_, axis: str = "x") -> dict:
     """mesh/spec arguments needed when put_rows had to replicate."""
     n = mesh_.shape[axis]
     return {} if x.shape[0] % n == 0 else {"mesh": mesh_, "spec": P(axis, None)}
+
+
+def replicated(x, mesh_):
+    """x placed whole on every device of the mesh."""
+    return jax.device_put(jnp.asarray(x), NamedSharding(mesh_, P()))
+
+
+def rows(x, mesh_, axis: str = "x"):
+    """x row-sharded over the mesh (its rows must divide over the devices)."""
+    spec = P(axis, *([None] * (np.ndim(x) - 1)))
+    return jax.device_put(jnp.asarray(x), NamedSharding(mesh_, spec))
+
+
+def promote(x) -> np.ndarray:
+    """x as a float64/complex128 NumPy array, for reference arithmetic."""
+    x = np.asarray(x)
+    return x.astype(np.complex128 if np.iscomplexobj(x) else np.float64)
+
+
+def residual(a, x, b) -> float:
+    """||A X - B|| / ||B|| in double precision."""
+    a, x, b = promote(a), promote(x), promote(b)
+    return float(np.linalg.norm(a @ x - b) / np.linalg.norm(b))
+
+
+def inverse_error(a, inv) -> float:
+    """||inv A - I|| (A well scaled: its eigenvalues lie in [1, condition])."""
+    a, inv = promote(a), promote(inv)
+    return float(np.linalg.norm(inv @ a - np.eye(a.shape[0])))
+
+
+def lapack_potrf_info(a) -> int:
+    """The info LAPACK's potrf (of a's own precision, upper triangle) reports
+    for a: 0, or the order of the first leading minor that is not positive
+    definite."""
+    a = np.asarray(a)
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
+    _, info = potrf(a, lower=False)
+    return int(info)
+
+
+def run_python(code: str, *, devices: int = 2, timeout: float = 120, env: dict | None = None):
+    """Runs `code` in a fresh interpreter on `devices` host CPU devices, with
+    jaxmg and these helpers importable; returns the CompletedProcess (raises
+    subprocess.TimeoutExpired if it does not finish in time)."""
+    # Not resolved: under Bazel these are the runfiles copies (with the library).
+    paths = [str(pathlib.Path(jaxmg.__file__).parents[1]), str(pathlib.Path(__file__).parent)]
+    full_env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64", "PYTHONPATH")}
+    full_env.update(
+        PYTHONPATH=os.pathsep.join(paths),
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+        JAX_PLATFORMS="cpu",
+    )
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=timeout
+    )

@@ -19,13 +19,7 @@ def _concrete_mesh(placement: distribution.Placement):
     an AbstractMesh is visible) the one set with `jax.set_mesh`."""
     if isinstance(placement.mesh, jax.sharding.Mesh):
         return placement.mesh
-    try:
-        from jax._src.mesh import get_concrete_mesh
-
-        mesh = get_concrete_mesh()
-    except (ImportError, ValueError):
-        return None
-    return None if mesh is None or mesh.empty else mesh
+    return distribution.context_concrete_mesh()
 
 
 def platform_of(placement: distribution.Placement) -> str:

@@ -14,7 +14,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 SUPPORTED_DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
-DEFAULT_TILE = 256
+DEFAULT_TILE = 1024
 _DEFAULT_TIMEOUT_S = 300.0
 _CALL_IDS = itertools.count(1)
 
@@ -133,6 +133,18 @@ def _context_mesh():
     return None if mesh.empty else mesh
 
 
+def context_concrete_mesh():
+    """The concrete Mesh set with `jax.set_mesh`, also while tracing under
+    jit (where jax.sharding.get_mesh refuses); None if there is none."""
+    try:
+        from jax._src.mesh import get_concrete_mesh
+
+        mesh = get_concrete_mesh()
+    except (ImportError, ValueError):
+        return None
+    return None if mesh is None or mesh.empty else mesh
+
+
 def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     """Reads the mesh and row axis from the arguments, a's sharding or the context."""
     if spec is not None and not isinstance(spec, P):
@@ -141,6 +153,11 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     if abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
     sharding = _sharding_of(a)
+    if spec is None and sharding is None and isinstance(a, jax.core.Tracer):
+        # Under jit an explicitly sharded tracer still knows its spec.
+        traced = getattr(jax.typeof(a), "sharding", None)
+        if traced is not None and not traced.mesh.empty:
+            spec = traced.spec
     if mesh is None and isinstance(sharding, NamedSharding):
         mesh = sharding.mesh
     if spec is None and isinstance(sharding, NamedSharding):
@@ -148,8 +165,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     if mesh is None and sharding is not None and len(sharding.device_set) == 1:
         mesh = Mesh(np.array(list(sharding.device_set)), ("rows",))
     if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
-        concrete = jax.sharding.get_mesh()
-        mesh = None if concrete.empty else concrete
+        mesh = context_concrete_mesh()
     if mesh is None:
         raise ValueError(
             f"jaxmg: cannot tell which devices {name} lives on. Pass mesh= and spec= "

@@ -36,7 +36,8 @@ def potri(
     if placement.manual:
         t = dist.largest_divisor_at_most(a.shape[0], tile or dist.DEFAULT_TILE)
         inv, info = _potri_body(a, placement=placement, tile=t)
-        inv = _mirror_upper_blocks(inv, placement.axis)
+        if collective.platform_of(placement) == "cuda":
+            inv = _mirror_upper_blocks(inv, placement.axis)
         info = info[0]
     else:
         run = _potri_donating if donate else _potri
@@ -60,12 +61,15 @@ def _potri_impl(a, *, placement, tile, engine):
         out_specs=(a_spec, P()),
         check_vma=False,
     )(a)
-    return dist.unpad(_mirror_upper(inv, placement), placement, n, (0, 1)), info[0]
+    if collective.platform_of(placement) == "cuda":
+        inv = _mirror_upper(inv, placement)
+    return dist.unpad(inv, placement, n, (0, 1)), info[0]
 
 
 def _mirror_upper(r, placement):
-    """The solvers leave the inverse's lower triangle in column-major terms,
-    which is the upper one of the row-major result; mirror it down. (Written
+    """cuSOLVERMg leaves the inverse's lower triangle in column-major terms,
+    which is the upper one of the row-major result; mirror it down (the CPU
+    engine returns both triangles). (Written
     with triu: an equivalent jnp.where over iotas crashes XLA:CPU 0.10 on a
     one-device mesh from N=1024.)"""
     lower = dist.constrain(jnp.conj(jnp.triu(r, 1)).T, placement, P(placement.axis, None))

@@ -30,7 +30,7 @@ def potrs(
         triangle is read (the upper one in row-major terms).
       b: (N,) or (N, K) right-hand sides with a's dtype; row-sharded on the
         same axis or replicated.
-      tile_size: column tile T_A of the block-cyclic layout (default 256,
+      tile_size: column tile T_A of the block-cyclic layout (default 1024,
         capped at N / devices). N need not be a multiple of anything.
       mesh, spec: the mesh and a's PartitionSpec; read from ``a.sharding``
         when not given (required inside ``jit`` unless a mesh is set with
@@ -70,7 +70,7 @@ def potrs(
     else:
         b_sharded = _is_row_sharded(b, placement)
         run = _potrs_donating if donate else _potrs
-        x, info = run(a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine)
+        x, info, _ = run(a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine)
     x = x[:, 0] if vector else x
     return (x, info) if return_info else x
 
@@ -89,7 +89,7 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
     if engine == "jax":
         x, info = native.potrs(a, b, placement)
         b_spec = P(placement.axis, None) if b_sharded else P()
-        return dist.constrain_result(x, placement, b_spec), info
+        return dist.constrain_result(x, placement, b_spec), info, None
     t = dist.choose_tile(n, placement.n_devices, tile)
     n_pad = dist.padded_size(n, placement.n_devices, t)
     a_spec = P(placement.axis, None)
@@ -97,14 +97,16 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
     a = dist.constrain(dist.pad_matrix(a, n_pad, 1), placement, a_spec)
     b = dist.constrain(dist.pad_rows(b, n_pad), placement, b_spec)
     body = functools.partial(_potrs_body, placement=placement, tile=t, b_sharded=b_sharded)
-    _, x, info = jax.shard_map(
+    # The factor is returned (and dropped by the caller) so that a donated
+    # `a` has an output of its shape to back.
+    factor, x, info = jax.shard_map(
         body,
         mesh=placement.mesh,
         in_specs=(a_spec, b_spec),
         out_specs=(a_spec, b_spec, P()),
         check_vma=False,
     )(a, b)
-    return dist.unpad(x, placement, n, (0,)), info[0]
+    return dist.unpad(x, placement, n, (0,)), info[0], factor
 
 
 _STATIC = ("placement", "tile", "b_sharded", "engine")

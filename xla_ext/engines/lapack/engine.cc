@@ -34,6 +34,16 @@ void Scatter(const std::vector<T>& dense, const BlockCyclicMatrix<T>& a) {
   }
 }
 
+// Fills the strict upper triangle from the lower one (Hermitian). Done here,
+// not in XLA: a transpose across devices would add an XLA collective, and
+// XLA:CPU programs with collectives can deadlock when several run at once.
+template <typename T>
+void MirrorLower(std::vector<T>& dense, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    for (int64_t i = j + 1; i < n; ++i) dense[i * n + j] = Conj(dense[j * n + i]);
+  }
+}
+
 }  // namespace
 
 template <typename T>
@@ -65,6 +75,7 @@ Status Potri(const BlockCyclicMatrix<T>& a, int32_t* info) {
   lapack_int status = 0;
   Api<T>::potrf(&uplo, &n, dense.data(), &n, &status);
   if (status == 0) Api<T>::potri(&uplo, &n, dense.data(), &n, &status);
+  if (status == 0) MirrorLower(dense, a.n());
   Scatter(dense, a);
   *info = status;
   return Status::Ok();

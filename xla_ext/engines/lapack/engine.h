@@ -18,8 +18,7 @@ namespace jaxmg::lapack {
 template <typename T>
 Status Potrs(const BlockCyclicMatrix<T>& a, T* b, int64_t nrhs, int32_t* info);
 
-// Overwrites A's lower triangle with that of its inverse (as LAPACK and
-// cuSOLVERMg do; the Python layer mirrors it).
+// Overwrites A with its full (both triangles) inverse.
 template <typename T>
 Status Potri(const BlockCyclicMatrix<T>& a, int32_t* info);
 

@@ -1,0 +1,413 @@
+"""How callers use jaxmg: inside their own jit (mesh=/spec= or jax.set_mesh),
+inside their own shard_map with local blocks, on Auto-axes meshes, with NumPy
+inputs, single-device arrays, and with and without donating a."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+import helpers
+import jaxmg
+
+CONDITION = 10.0
+DTYPE = np.complex128  # complex: a conjugation slip cannot hide
+
+
+def tol(n, dtype=DTYPE):
+    return helpers.tolerance(dtype, n, CONDITION)
+
+
+def auto_mesh(devices: int, first: int = 0) -> Mesh:
+    """A mesh with Auto axes, as jax.sharding.Mesh builds it."""
+    return Mesh(np.array(jax.devices()[first : first + devices]), ("x",))
+
+
+def check_eigh(a, w, v, dtype=DTYPE):
+    n = a.shape[0]
+    np.testing.assert_allclose(
+        np.asarray(w),
+        np.linalg.eigvalsh(helpers.promote(a)),
+        rtol=0,
+        atol=helpers.tolerance(dtype, n) * np.abs(np.asarray(w)).max(),
+    )
+    a64, v64 = helpers.promote(a), helpers.promote(v)
+    assert np.linalg.norm(a64 @ v64 - v64 * np.asarray(w)) / np.linalg.norm(
+        a64
+    ) <= helpers.tolerance(dtype, n)
+    assert np.linalg.norm(v64.conj().T @ v64 - np.eye(n)) <= helpers.tolerance(dtype, n)
+
+
+# ---- Inside the caller's jit ---------------------------------------------
+
+
+@pytest.mark.parametrize("n, tile", [(12, 2), (13, 2)], ids=["N12", "N13-padded"])
+def test_jit_with_mesh_and_spec(rng, n, tile):
+    mesh = helpers.mesh(3)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    h = helpers.hermitian(rng, n, DTYPE)
+    kw = dict(mesh=mesh, spec=P("x", None), tile_size=tile)
+
+    @jax.jit
+    def run(a, b, h):
+        x, info = jaxmg.potrs(a, b, return_info=True, **kw)
+        inv = jaxmg.potri(a, **kw)
+        w, v = jaxmg.syevd(h, **kw)
+        return x, info, inv, w, v
+
+    x, info, inv, w, v = run(
+        helpers.put_rows(a, mesh), helpers.replicated(b, mesh), helpers.put_rows(h, mesh)
+    )
+    assert int(info) == 0
+    assert helpers.residual(a, x, b) <= tol(n)
+    assert helpers.inverse_error(a, inv) <= tol(n)
+    check_eigh(h, w, v)
+
+
+def test_jit_composes_with_other_ops(rng):
+    """jaxmg inside a larger jitted computation, called twice with new data."""
+    n, mesh = 16, helpers.mesh(2)
+    run = jax.jit(
+        lambda a, b: 2.0 * jaxmg.potrs(a + 0.0, b, mesh=mesh, spec=P("x", None), tile_size=2)
+    )
+    for _ in range(2):
+        a = helpers.spd(rng, n, DTYPE, CONDITION)
+        b = helpers.random_matrix(rng, n, DTYPE, 3)
+        x = run(helpers.rows(a, mesh), helpers.rows(b, mesh))
+        assert helpers.residual(a, np.asarray(x) / 2, b) <= tol(n)
+
+
+def test_jit_under_set_mesh(rng):
+    """`with jax.set_mesh(mesh):` replaces mesh= inside the caller's jit."""
+    n, mesh = 12, helpers.mesh(2)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    with jax.set_mesh(mesh):
+        x = jax.jit(lambda a, b: jaxmg.potrs(a, b, spec=P("x", None), tile_size=2))(
+            helpers.rows(a, mesh), helpers.replicated(b, mesh)
+        )
+        inv = jax.jit(lambda a: jaxmg.potri(a, tile_size=2))(helpers.rows(a, mesh))
+    assert helpers.residual(a, x, b) <= tol(n)
+    assert helpers.inverse_error(a, inv) <= tol(n)
+
+
+def test_eager_under_set_mesh(rng):
+    n, mesh = 12, helpers.mesh(3)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    with jax.set_mesh(mesh):
+        x = jaxmg.potrs(helpers.rows(a, mesh), helpers.replicated(b, mesh), tile_size=2)
+    assert helpers.residual(a, x, b) <= tol(n)
+
+
+def test_jit_without_mesh_says_how_to_fix(rng):
+    mesh = helpers.mesh(2)
+    a = helpers.rows(helpers.spd(rng, 8, DTYPE), mesh)
+    with pytest.raises(ValueError, match=r"cannot tell which devices a lives on.*jax.set_mesh"):
+        jax.jit(jaxmg.potri)(a)
+
+
+def test_several_calls_in_one_jit(rng):
+    """Three jaxmg calls in one program, dispatched 50 times without waiting:
+    every call site meets its own participants."""
+    n, mesh = 16, helpers.mesh(8)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    kw = dict(mesh=mesh, spec=P("x", None))
+
+    @jax.jit
+    def run(a, b):
+        x = jaxmg.potrs(a, b, tile_size=1, **kw)
+        inv = jaxmg.potri(a, tile_size=2, **kw)
+        w, v = jaxmg.syevd(a, **kw)
+        return x, inv, w, v
+
+    outs = [run(helpers.rows(a, mesh), helpers.replicated(b, mesh)) for _ in range(50)]
+    for x, inv, w, v in (outs[0], outs[-1]):
+        assert helpers.residual(a, x, b) <= tol(n)
+        assert helpers.inverse_error(a, inv) <= tol(n)
+        check_eigh(a, w, v)
+
+
+# ---- Inside the caller's shard_map -----------------------------------------
+
+
+@pytest.mark.parametrize("b_layout", ["rows", "replicated"])
+@pytest.mark.parametrize("devices", [2, 3])
+def test_shard_map_potrs_local_blocks(rng, devices, b_layout):
+    n = 6 * devices
+    mesh = helpers.mesh(devices)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    b_spec = P("x", None) if b_layout == "rows" else P()
+
+    def body(a_block, b_block):
+        assert a_block.shape == (n // devices, n)
+        x, info = jaxmg.potrs(a_block, b_block, tile_size=2, return_info=True)
+        assert x.shape == b_block.shape
+        return x, info[None]
+
+    run = jax.jit(
+        jax.shard_map(
+            body,
+            mesh=mesh,
+            in_specs=(P("x", None), b_spec),
+            out_specs=(b_spec, P("x")),
+            check_vma=False,
+        )
+    )
+    b_dev = jax.device_put(b, NamedSharding(mesh, b_spec))
+    x, info = run(helpers.rows(a, mesh), b_dev)
+    np.testing.assert_array_equal(np.asarray(info), np.zeros(devices))
+    assert helpers.residual(a, x, b) <= tol(n)
+
+
+def test_shard_map_potri_local_blocks(rng):
+    n, devices = 12, 3
+    mesh = helpers.mesh(devices)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+
+    def body(a_block):
+        inv, info = jaxmg.potri(a_block, tile_size=2, return_info=True)
+        return inv, info[None]
+
+    run = jax.jit(
+        jax.shard_map(
+            body,
+            mesh=mesh,
+            in_specs=P("x", None),
+            out_specs=(P("x", None), P("x")),
+            check_vma=False,
+        )
+    )
+    inv, info = run(helpers.rows(a, mesh))
+    np.testing.assert_array_equal(np.asarray(info), np.zeros(devices))
+    inv = np.asarray(inv)
+    np.testing.assert_array_equal(inv, inv.conj().T)
+    assert helpers.inverse_error(a, inv) <= tol(n)
+
+
+def test_shard_map_syevd_local_blocks(rng):
+    """Inside shard_map syevd returns w and this device's rows of V^H."""
+    n, devices = 12, 3
+    mesh = helpers.mesh(devices)
+    h = helpers.hermitian(rng, n, DTYPE)
+    run = jax.jit(
+        jax.shard_map(
+            lambda blk: jaxmg.syevd(blk, tile_size=2),
+            mesh=mesh,
+            in_specs=P("x", None),
+            out_specs=(P(), P("x", None)),
+            check_vma=False,
+        )
+    )
+    w, vh = run(helpers.rows(h, mesh))
+    check_eigh(h, w, np.asarray(vh).conj().T)
+
+
+def test_shard_map_not_positive_definite(rng):
+    n, devices = 12, 2
+    mesh = helpers.mesh(devices)
+    a = helpers.hermitian(rng, n, DTYPE)
+    expected = helpers.lapack_potrf_info(a)
+    assert expected > 0
+
+    def body(a_block, b_block):
+        x, info = jaxmg.potrs(a_block, b_block, return_info=True)
+        return x, info[None]
+
+    run = jax.jit(
+        jax.shard_map(
+            body,
+            mesh=mesh,
+            in_specs=(P("x", None), P("x", None)),
+            out_specs=(P("x", None), P("x")),
+            check_vma=False,
+        )
+    )
+    x, info = run(helpers.rows(a, mesh), helpers.rows(np.ones((n, 1), DTYPE), mesh))
+    np.testing.assert_array_equal(np.asarray(info), [expected] * devices)
+    assert np.isnan(np.asarray(x)).all()
+
+
+# ---- Auto-axes meshes ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "n, devices, tile", [(8, 1, None), (12, 2, 5), (37, 3, 2), (96, 8, 5), (96, 8, None)]
+)
+def test_auto_axes_mesh(rng, n, devices, tile):
+    mesh = auto_mesh(devices)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    h = helpers.hermitian(rng, n, DTYPE)
+    kw = dict(tile_size=tile, **helpers.solve_kwargs(a, mesh))
+    b_dev = helpers.rows(b, mesh) if n % devices == 0 else helpers.replicated(b, mesh)
+    x = jaxmg.potrs(helpers.put_rows(a, mesh), b_dev, **kw)
+    assert x.sharding.is_equivalent_to(b_dev.sharding, 2)
+    assert helpers.residual(a, x, b) <= tol(n)
+    assert helpers.inverse_error(a, jaxmg.potri(helpers.put_rows(a, mesh), **kw)) <= tol(n)
+    w, v = jaxmg.syevd(helpers.put_rows(h, mesh), **kw)
+    check_eigh(h, w, v)
+
+
+def test_auto_axes_mesh_in_jit(rng):
+    n, mesh = 24, auto_mesh(3, first=2)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 1)
+    x = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=P("x", None), tile_size=3))(
+        helpers.rows(a, mesh), helpers.rows(b, mesh)
+    )
+    assert helpers.residual(a, x, b) <= tol(n)
+
+
+MESH_SHAPES = {
+    "4x1": ((4, 1), ("x", "y")),  # a second axis of size 1 is allowed
+    "1x4": ((1, 4), ("y", "x")),
+    "named": ((4,), ("gpus",)),
+}
+
+
+@pytest.mark.parametrize("axis_types", ["explicit", "auto"])
+@pytest.mark.parametrize("shape", list(MESH_SHAPES))
+def test_mesh_shapes_and_axis_names(rng, shape, axis_types):
+    dims, names = MESH_SHAPES[shape]
+    axis = "gpus" if "gpus" in names else "x"
+    if axis_types == "explicit":
+        mesh = jax.make_mesh(dims, names, devices=jax.devices()[:4])
+    else:
+        mesh = Mesh(np.array(jax.devices()[:4]).reshape(dims), names)
+    n = 12
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    a_dev = jax.device_put(a, NamedSharding(mesh, P(axis, None)))
+    assert helpers.residual(a, jaxmg.potrs(a_dev, b, tile_size=1), b) <= tol(n)
+    assert helpers.inverse_error(a, jaxmg.potri(a_dev, tile_size=1)) <= tol(n)
+    check_eigh(a, *jaxmg.syevd(a_dev, tile_size=1))
+
+
+def test_permuted_devices(rng):
+    """A mesh over devices in no particular order: positions on the axis,
+    not device ids, decide who holds which rows."""
+    mesh = Mesh(np.array([jax.devices()[i] for i in (5, 2, 7, 0)]), ("x",))
+    n = 16
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    a_dev = helpers.rows(a, mesh)
+    x = jaxmg.potrs(a_dev, helpers.rows(b, mesh), tile_size=1)
+    assert helpers.residual(a, x, b) <= tol(n)
+    assert helpers.inverse_error(a, jaxmg.potri(a_dev, tile_size=2)) <= tol(n)
+    check_eigh(a, *jaxmg.syevd(a_dev, tile_size=1))
+
+
+# ---- Where the data comes from ------------------------------------------
+
+
+def test_numpy_inputs_with_mesh_and_spec(rng):
+    n, mesh = 12, helpers.mesh(3)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    kw = dict(mesh=mesh, spec=P("x", None), tile_size=2)
+    x = jaxmg.potrs(a, b, **kw)
+    assert helpers.residual(a, x, b) <= tol(n)
+    assert helpers.residual(a, jaxmg.potrs(a, b[:, 0], **kw)[:, None], b[:, :1]) <= tol(n)
+    assert helpers.inverse_error(a, jaxmg.potri(a, **kw)) <= tol(n)
+    h = helpers.hermitian(rng, n, DTYPE)
+    check_eigh(h, *jaxmg.syevd(h, **kw))
+
+
+def test_numpy_right_hand_side(rng):
+    n, mesh = 12, helpers.mesh(2)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 3)
+    x = jaxmg.potrs(helpers.rows(a, mesh), b)
+    assert x.sharding.is_fully_replicated
+    assert helpers.residual(a, x, b) <= tol(n)
+
+
+@pytest.mark.parametrize("n", [1, 10])
+def test_single_device_array(rng, n):
+    """jnp.asarray(numpy) lives on one device: a one-device mesh."""
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    h = helpers.hermitian(rng, n, DTYPE)
+    assert helpers.residual(a, jaxmg.potrs(jnp.asarray(a), jnp.asarray(b)), b) <= tol(n)
+    assert helpers.inverse_error(a, jaxmg.potri(jnp.asarray(a), tile_size=3)) <= tol(n)
+    check_eigh(h, *jaxmg.syevd(jnp.asarray(h)))
+
+
+def test_array_on_another_single_device(rng):
+    n = 9
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 1)
+    device = jax.devices()[5]
+    x = jaxmg.potrs(jax.device_put(a, device), jax.device_put(b, device), tile_size=2)
+    assert x.sharding.device_set == {device}
+    assert helpers.residual(a, x, b) <= tol(n)
+
+
+# ---- Donation ----------------------------------------------------------------
+
+ROUTINES = ["potrs", "potri", "syevd"]
+
+
+def call(routine, a_dev, b, **kw):
+    if routine == "potrs":
+        return jaxmg.potrs(a_dev, b, **kw)
+    if routine == "potri":
+        return jaxmg.potri(a_dev, **kw)
+    return jaxmg.syevd(a_dev, **kw)
+
+
+def check(routine, a, out, b):
+    n = a.shape[0]
+    if routine == "potrs":
+        assert helpers.residual(a, out, b) <= tol(n)
+    elif routine == "potri":
+        assert helpers.inverse_error(a, out) <= tol(n)
+    else:
+        check_eigh(a, *out)
+
+
+@pytest.mark.parametrize("tile", [None, 2], ids=["tile_default", "tile2"])
+@pytest.mark.parametrize("routine", ROUTINES)
+def test_inputs_kept_by_default(rng, routine, tile):
+    n, mesh = 12, helpers.mesh(3)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    a_dev, b_dev = helpers.rows(a, mesh), helpers.rows(b, mesh)
+    out = call(routine, a_dev, b_dev, tile_size=tile)
+    check(routine, a, out, b)
+    assert not a_dev.is_deleted() and not b_dev.is_deleted()
+    # ... and unchanged: the in-place work happened on a copy.
+    np.testing.assert_array_equal(np.asarray(a_dev), a)
+    np.testing.assert_array_equal(np.asarray(b_dev), b)
+    # A second call on the same input gives the same answer.
+    again = call(routine, a_dev, b_dev, tile_size=tile)
+    for first, second in zip(jax.tree.leaves(out), jax.tree.leaves(again)):
+        np.testing.assert_array_equal(np.asarray(first), np.asarray(second))
+
+
+@pytest.mark.parametrize("tile", [None, 2], ids=["tile_default", "tile2"])
+@pytest.mark.parametrize("routine", ROUTINES)
+def test_donate_consumes_a(rng, routine, tile):
+    n, mesh = 12, helpers.mesh(3)
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    a_dev, b_dev = helpers.rows(a, mesh), helpers.rows(b, mesh)
+    out = call(routine, a_dev, b_dev, tile_size=tile, donate=True)
+    check(routine, a, out, b)
+    deleted = a_dev.is_deleted()
+    assert deleted, "donate=True must hand a's buffer to jaxmg (a.is_deleted() is False)"
+    assert not b_dev.is_deleted()
+
+
+def test_donated_results_correct_over_repeated_calls(rng):
+    """Donated calls reuse buffers; results must stay right call after call."""
+    n, mesh = 24, helpers.mesh(8)
+    for _ in range(3):
+        a = helpers.spd(rng, n, DTYPE, CONDITION)
+        inv = jaxmg.potri(helpers.rows(a, mesh), tile_size=1, donate=True)
+        assert helpers.inverse_error(a, inv) <= tol(n)
