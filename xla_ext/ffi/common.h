@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "xla/ffi/api/ffi.h"
 #include "xla_ext/common/status.h"
@@ -46,6 +47,28 @@ inline Status CheckMatrixBlock(const char* name, ffi::Span<const int64_t> dims,
   return out->Validate();
 }
 
+// The attributes every target takes, in order.
+template <typename Binding>
+auto CallAttrs(Binding binding) {
+  return std::move(binding)
+      .template Attr<int64_t>("n_devices")
+      .template Attr<int64_t>("tile")
+      .template Attr<int64_t>("call_id")
+      .template Attr<int64_t>("timeout_ms");
+}
+
 }  // namespace jaxmg::ffi_common
+
+// Defines jaxmg_<s|d|c|z><routine>_<platform> for the four dtypes: the one
+// naming rule of the targets (jaxmg/_src/library.py mirrors it).
+#define JAXMG_DEFINE_TARGETS(routine, platform, Impl, Binding)                           \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_s##routine##_##platform, Impl<::xla::ffi::F32>,    \
+                                Binding<::xla::ffi::F32>());                             \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_d##routine##_##platform, Impl<::xla::ffi::F64>,    \
+                                Binding<::xla::ffi::F64>());                             \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_c##routine##_##platform, Impl<::xla::ffi::C64>,    \
+                                Binding<::xla::ffi::C64>());                             \
+  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_z##routine##_##platform, Impl<::xla::ffi::C128>,   \
+                                Binding<::xla::ffi::C128>())
 
 #endif  // JAXMG_XLA_EXT_FFI_COMMON_H_

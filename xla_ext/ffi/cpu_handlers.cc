@@ -19,6 +19,7 @@ namespace jaxmg {
 namespace {
 
 namespace ffi = ::xla::ffi;
+using ffi_common::CallAttrs;
 using ffi_common::CallSite;
 using ffi_common::CheckMatrixBlock;
 using ffi_common::ToFfi;
@@ -270,15 +271,6 @@ ffi::Error SyevdImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
 // Bindings
 //===--------------------------------------------------------------------===//
 
-template <typename Binding>
-auto CallAttrs(Binding binding) {
-  return std::move(binding)
-      .template Attr<int64_t>("n_devices")
-      .template Attr<int64_t>("tile")
-      .template Attr<int64_t>("call_id")
-      .template Attr<int64_t>("timeout_ms");
-}
-
 // Args: a (row block, aliased to result 0), index (this device's position
 // on the mesh axis). Results: a (converted in place).
 auto LayoutBinding() {
@@ -332,18 +324,7 @@ auto SyevdBinding() {
 }  // namespace
 }  // namespace jaxmg
 
-// Target names: jaxmg_<s|d|c|z><routine>_cpu.
-#define JAXMG_CPU_TARGETS(routine, Impl, Binding)                                  \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_s##routine##_cpu, Impl<::xla::ffi::F32>,     \
-                                Binding<::xla::ffi::F32>());                       \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_d##routine##_cpu, Impl<::xla::ffi::F64>,     \
-                                Binding<::xla::ffi::F64>());                       \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_c##routine##_cpu, Impl<::xla::ffi::C64>,     \
-                                Binding<::xla::ffi::C64>());                       \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_z##routine##_cpu, Impl<::xla::ffi::C128>,    \
-                                Binding<::xla::ffi::C128>())
-
-JAXMG_CPU_TARGETS(potrs, jaxmg::PotrsImpl, jaxmg::PotrsBinding);
-JAXMG_CPU_TARGETS(potri, jaxmg::PotriImpl, jaxmg::PotriBinding);
-JAXMG_CPU_TARGETS(syevd, jaxmg::SyevdImpl, jaxmg::SyevdBinding);
+JAXMG_DEFINE_TARGETS(potrs, cpu, jaxmg::PotrsImpl, jaxmg::PotrsBinding);
+JAXMG_DEFINE_TARGETS(potri, cpu, jaxmg::PotriImpl, jaxmg::PotriBinding);
+JAXMG_DEFINE_TARGETS(syevd, cpu, jaxmg::SyevdImpl, jaxmg::SyevdBinding);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_layout_cpu, jaxmg::LayoutImpl, jaxmg::LayoutBinding());

@@ -19,6 +19,7 @@ namespace jaxmg {
 namespace {
 
 namespace ffi = ::xla::ffi;
+using ffi_common::CallAttrs;
 using ffi_common::CallSite;
 using ffi_common::CheckMatrixBlock;
 using ffi_common::ToFfi;
@@ -272,15 +273,6 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
 // operand is ignored: a GPU finds its place from its own ordinal.
 //===--------------------------------------------------------------------===//
 
-template <typename Binding>
-auto CudaCallAttrs(Binding binding) {
-  return std::move(binding)
-      .template Attr<int64_t>("n_devices")
-      .template Attr<int64_t>("tile")
-      .template Attr<int64_t>("call_id")
-      .template Attr<int64_t>("timeout_ms");
-}
-
 auto CudaPrefix() {
   return ffi::Ffi::Bind()
       .Ctx<ffi::PlatformStream<cudaStream_t>>()
@@ -291,7 +283,7 @@ auto CudaPrefix() {
 
 template <ffi::DataType DT>
 auto PotrsCudaBinding() {
-  return CudaCallAttrs(CudaPrefix()
+  return CallAttrs(CudaPrefix()
                            .template Arg<ffi::Buffer<DT>>()
                            .template Arg<ffi::Buffer<DT>>()
                            .template Arg<ffi::AnyBuffer>()
@@ -304,7 +296,7 @@ auto PotrsCudaBinding() {
 
 template <ffi::DataType DT>
 auto PotriCudaBinding() {
-  return CudaCallAttrs(CudaPrefix()
+  return CallAttrs(CudaPrefix()
                            .template Arg<ffi::Buffer<DT>>()
                            .template Arg<ffi::AnyBuffer>()
                            .template Ret<ffi::Buffer<DT>>()
@@ -314,7 +306,7 @@ auto PotriCudaBinding() {
 
 template <ffi::DataType DT>
 auto SyevdCudaBinding() {
-  return CudaCallAttrs(CudaPrefix()
+  return CallAttrs(CudaPrefix()
                            .template Arg<ffi::Buffer<DT>>()
                            .template Arg<ffi::AnyBuffer>()
                            .template Ret<ffi::Buffer<DT>>()
@@ -327,17 +319,6 @@ auto SyevdCudaBinding() {
 }  // namespace
 }  // namespace jaxmg
 
-// Target names: jaxmg_<s|d|c|z><routine>_cuda.
-#define JAXMG_CUDA_TARGETS(routine, Impl, Binding)                               \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_s##routine##_cuda, Impl<::xla::ffi::F32>,  \
-                                Binding<::xla::ffi::F32>());                     \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_d##routine##_cuda, Impl<::xla::ffi::F64>,  \
-                                Binding<::xla::ffi::F64>());                     \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_c##routine##_cuda, Impl<::xla::ffi::C64>,  \
-                                Binding<::xla::ffi::C64>());                     \
-  XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_z##routine##_cuda, Impl<::xla::ffi::C128>, \
-                                Binding<::xla::ffi::C128>())
-
-JAXMG_CUDA_TARGETS(potrs, jaxmg::PotrsCuda, jaxmg::PotrsCudaBinding);
-JAXMG_CUDA_TARGETS(potri, jaxmg::PotriCuda, jaxmg::PotriCudaBinding);
-JAXMG_CUDA_TARGETS(syevd, jaxmg::SyevdCuda, jaxmg::SyevdCudaBinding);
+JAXMG_DEFINE_TARGETS(potrs, cuda, jaxmg::PotrsCuda, jaxmg::PotrsCudaBinding);
+JAXMG_DEFINE_TARGETS(potri, cuda, jaxmg::PotriCuda, jaxmg::PotriCudaBinding);
+JAXMG_DEFINE_TARGETS(syevd, cuda, jaxmg::SyevdCuda, jaxmg::SyevdCudaBinding);

@@ -72,6 +72,16 @@ Status FillNaN(Context& ctx, int lane, T* data, int64_t elements) {
   return Status::Ok();
 }
 
+// Marks a failed result: every participant's block becomes NaN.
+template <typename T>
+Status FillBlocksNaN(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& a) {
+  for (int d = 0; d < layout.n_devices; ++d) {
+    JAXMG_RETURN_IF_ERROR(
+        FillNaN(ctx, d, a[d].a, layout.n_cols * (layout.n_cols / layout.n_devices)));
+  }
+  return Status::Ok();
+}
+
 // out (cols x rows, column-major) = conj(in)^T for in (rows x cols, column-major).
 template <typename T>
 Status ConjTranspose(Context& ctx, const T* in, int64_t rows, int64_t cols, T* out) {
@@ -272,11 +282,7 @@ Status Potri(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
   *info = h_info;
   JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
   JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToContiguous));
-  if (h_info != 0) {
-    for (int d = 0; d < layout.n_devices; ++d) {
-      JAXMG_RETURN_IF_ERROR(FillNaN(ctx, d, a[d].a, layout.n_cols * layout.n_cols / layout.n_devices));
-    }
-  }
+  if (h_info != 0) JAXMG_RETURN_IF_ERROR(FillBlocksNaN(ctx, layout, a));
   return ctx.SynchronizeLanes();
 }
 
@@ -302,12 +308,7 @@ Status Syevd(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
   JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
   if (vectors) {
     JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToContiguous));
-    if (h_info != 0) {
-      for (int d = 0; d < layout.n_devices; ++d) {
-        JAXMG_RETURN_IF_ERROR(
-            FillNaN(ctx, d, a[d].a, layout.n_cols * layout.n_cols / layout.n_devices));
-      }
-    }
+    if (h_info != 0) JAXMG_RETURN_IF_ERROR(FillBlocksNaN(ctx, layout, a));
   }
   if (h_info != 0) std::fill(w, w + n, std::numeric_limits<Real<T>>::quiet_NaN());
   return ctx.SynchronizeLanes();
