@@ -118,13 +118,12 @@ def _rows_axis(spec, name: str):
 
 def _sharding_of(x):
     """x's sharding where it is known: a concrete array's, or a tracer's
-    explicit sharding type."""
+    explicit sharding type (whose mesh is then abstract: the spec is known,
+    the devices are not)."""
     if isinstance(x, jax.core.Tracer):
         sharding = getattr(jax.typeof(x), "sharding", None)
         mesh = getattr(sharding, "mesh", None)
-        if mesh is None or mesh.empty or not isinstance(mesh, Mesh):
-            return None
-        return sharding
+        return None if mesh is None or mesh.empty else sharding
     return getattr(x, "sharding", None)
 
 
@@ -153,16 +152,14 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     if abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
     sharding = _sharding_of(a)
-    if spec is None and sharding is None and isinstance(a, jax.core.Tracer):
-        # Under jit an explicitly sharded tracer still knows its spec.
-        traced = getattr(jax.typeof(a), "sharding", None)
-        if traced is not None and not traced.mesh.empty:
-            spec = traced.spec
-    if mesh is None and isinstance(sharding, NamedSharding):
+    concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
+    if mesh is None and concrete:
         mesh = sharding.mesh
     if spec is None and isinstance(sharding, NamedSharding):
         spec = sharding.spec
-    if mesh is None and sharding is not None and len(sharding.device_set) == 1:
+    if mesh is None and not isinstance(a, jax.core.Tracer) and sharding is not None and len(
+        sharding.device_set
+    ) == 1:
         mesh = Mesh(np.array(list(sharding.device_set)), ("rows",))
     if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
         mesh = context_concrete_mesh()

@@ -62,10 +62,7 @@ def library() -> ctypes.CDLL:
     lib.jaxmg_cuda_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.jaxmg_cuda_init.restype = ctypes.c_int
     _register_lapack(lib)
-    for routine in ROUTINES:
-        for dtype in DTYPE_PREFIX:
-            name = target_name(routine, dtype, "cpu")
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="cpu")
+    _register_targets(lib, "cpu", xla_platform="cpu")
     jax.ffi.register_ffi_target(
         "jaxmg_layout_cpu", jax.ffi.pycapsule(lib.jaxmg_layout_cpu), platform="cpu"
     )
@@ -80,11 +77,17 @@ def cuda_library() -> ctypes.CDLL:
     error = ctypes.create_string_buffer(4096)
     if lib.jaxmg_cuda_init(":".join(cuda_search_path()).encode(), error, len(error)):
         raise RuntimeError(error.value.decode())
+    _register_targets(lib, "cuda", xla_platform="CUDA")
+    return lib
+
+
+def _register_targets(lib: ctypes.CDLL, platform: str, xla_platform: str) -> None:
     for routine in ROUTINES:
         for dtype in DTYPE_PREFIX:
-            name = target_name(routine, dtype, "cuda")
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="CUDA")
-    return lib
+            name = target_name(routine, dtype, platform)
+            jax.ffi.register_ffi_target(
+                name, jax.ffi.pycapsule(getattr(lib, name)), platform=xla_platform
+            )
 
 
 def cuda_search_path() -> list[str]:

@@ -69,9 +69,8 @@ def _potri_impl(a, *, placement, tile, engine):
 def _mirror_upper(r, placement):
     """cuSOLVERMg leaves the inverse's lower triangle in column-major terms,
     which is the upper one of the row-major result; mirror it down (the CPU
-    engine returns both triangles). (Written
-    with triu: an equivalent jnp.where over iotas crashes XLA:CPU 0.10 on a
-    one-device mesh from N=1024.)"""
+    engine returns both triangles). Written with triu: the same select over
+    iotas gave non-Hermitian results on two GPUs and crashed XLA:CPU 0.10."""
     lower = dist.constrain(jnp.conj(jnp.triu(r, 1)).T, placement, P(placement.axis, None))
     return jnp.triu(r) + lower
 
