@@ -77,6 +77,32 @@ void CheckLeaderErrorReachesAll() {
   for (const Status& s : statuses) CHECK(!s.ok() && s.message() == "engine failed");
 }
 
+// One call site inside a loop: each participant meets `iterations` times
+// under one key, some running ahead of the others; every meeting sees the
+// payloads of its own iteration.
+void CheckLoopedCallSite(int n, int iterations) {
+  std::vector<int64_t> wrong(n, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      for (int it = 0; it < iterations; ++it) {
+        if ((it + i) % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        int64_t mine = it;
+        int64_t seen = -1;
+        Status s = Meet({123, 456}, n, i, &mine, 10s, [&](const std::vector<void*>& all) {
+          seen = 0;
+          for (void* p : all) seen += *static_cast<int64_t*>(p) == it ? 1 : 0;
+          return seen == n ? Status::Ok() : Status::Error("payloads of two iterations mixed");
+        });
+        if (!s.ok()) wrong[i] += 1;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n; ++i) CHECK(wrong[i] == 0);
+  CHECK(LiveMeetings() == 0);
+}
+
 void CheckBadArguments() {
   int64_t payload = 0;
   CHECK(!Meet({1, 1}, 2, 2, &payload, 10ms, [](auto&) { return Status::Ok(); }).ok());
@@ -93,6 +119,8 @@ int main() {
   first.join();
   second.join();
   CHECK(LiveMeetings() == 0);
+  CheckLoopedCallSite(2, 500);
+  CheckLoopedCallSite(8, 200);
   CheckTimeoutNamesMissing();
   CheckLeaderErrorReachesAll();
   CheckBadArguments();

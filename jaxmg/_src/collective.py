@@ -46,11 +46,14 @@ def _device_ids(placement: distribution.Placement) -> np.ndarray:
     return np.array([d.local_hardware_id for d in axis_devices], dtype=np.int64)
 
 
-def call(routine: str, placement, operands, results, *, tile: int, **attrs):
+def call(routine: str, placement, operands, results, *, tile: int, alias=True, **attrs):
     """Calls jaxmg_<x><routine>_<platform> on this device's blocks.
 
-    operands[0] is the matrix block; it is aliased with results[0], so XLA
-    reuses its buffer when the caller donates it and copies it otherwise.
+    operands[0] is the matrix block. With `alias` it is aliased with
+    results[0] (the routine overwrites it), so XLA reuses its buffer when the
+    caller donates it and copies it otherwise; without, it is only read.
+    Under vmap the call runs once per batch element, in order (the
+    rendezvous keeps each iteration's meeting apart).
     """
     a = operands[0]
     platform = platform_of(placement)
@@ -65,7 +68,12 @@ def call(routine: str, placement, operands, results, *, tile: int, **attrs):
         target = f"jaxmg_layout_{platform}"
     else:
         target = library.target_name(routine, a.dtype, platform)
-    fn = jax.ffi.ffi_call(target, results, input_output_aliases={0: 0})
+    fn = jax.ffi.ffi_call(
+        target,
+        results,
+        input_output_aliases={0: 0} if alias else None,
+        vmap_method="sequential",
+    )
     return fn(
         *operands,
         index,

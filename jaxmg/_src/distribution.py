@@ -116,7 +116,7 @@ def _rows_axis(spec, name: str):
     return rows
 
 
-def _sharding_of(x):
+def sharding_of(x):
     """x's sharding where it is known: a concrete array's, or a tracer's
     explicit sharding type (whose mesh is then abstract: the spec is known,
     the devices are not)."""
@@ -125,6 +125,16 @@ def _sharding_of(x):
         mesh = getattr(sharding, "mesh", None)
         return None if mesh is None or mesh.empty else sharding
     return getattr(x, "sharding", None)
+
+
+def _underlying_array(x):
+    """The concrete array under eager transformation tracers (grad, jvp,
+    vmap outside jit), or None under jit, where there is none."""
+    for _ in range(64):
+        if not isinstance(x, jax.core.Tracer):
+            return x if isinstance(x, jax.Array) else None
+        x = getattr(x, "primal", getattr(x, "val", None))
+    return None
 
 
 def _context_mesh():
@@ -151,7 +161,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     abstract = _context_mesh()
     if abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
-    sharding = _sharding_of(a)
+    sharding = sharding_of(a)
     concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
     if mesh is None and concrete:
         mesh = sharding.mesh
@@ -163,6 +173,13 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
         mesh = Mesh(np.array(list(sharding.device_set)), ("rows",))
     if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
         mesh = context_concrete_mesh()
+    if mesh is None and isinstance(a, jax.core.Tracer):
+        under = _underlying_array(a)
+        under_sharding = getattr(under, "sharding", None)
+        if isinstance(under_sharding, NamedSharding):
+            mesh = under_sharding.mesh
+            if spec is None and under.ndim == a.ndim:
+                spec = under_sharding.spec
     if mesh is None:
         raise ValueError(
             f"jaxmg: cannot tell which devices {name} lives on. Pass mesh= and spec= "
@@ -246,7 +263,7 @@ def pad_rows(b, n_pad: int):
     return b if n_pad == n else jnp.pad(b, ((0, n_pad - n), (0, 0)))
 
 
-def _is_explicit(placement: Placement) -> bool:
+def is_explicit(placement: Placement) -> bool:
     types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
     return types[placement.axis] == jax.sharding.AxisType.Explicit
 
@@ -256,7 +273,7 @@ def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
     cannot split n unevenly over the devices: such a result is replicated."""
     if all(x.shape[d] == n for d in dims):
         return x
-    if _is_explicit(placement) and n % placement.n_devices:
+    if is_explicit(placement) and n % placement.n_devices:
         x = constrain(x, placement, P())
     index = tuple(slice(0, n) if d in dims else slice(None) for d in range(x.ndim))
     return x[index]
@@ -265,7 +282,7 @@ def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
 def constrain_result(x, placement: Placement, spec):
     """constrain() for a result: a dimension the devices cannot split evenly
     stays whole under explicit sharding (which allows no uneven shards)."""
-    if _is_explicit(placement):
+    if is_explicit(placement):
         entries = tuple(spec) + (None,) * (x.ndim - len(spec))
         if any(e is not None and x.shape[d] % placement.n_devices for d, e in enumerate(entries)):
             spec = P()
@@ -276,6 +293,6 @@ def constrain(x, placement: Placement, spec):
     if placement.manual:
         return x
     sharding = NamedSharding(placement.mesh, spec)
-    if _is_explicit(placement):
+    if is_explicit(placement):
         return jax.sharding.reshard(x, sharding)
     return jax.lax.with_sharding_constraint(x, sharding)

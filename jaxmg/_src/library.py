@@ -14,13 +14,13 @@ import pathlib
 import jax
 
 LIBRARY_NAME = "libjaxmg_ffi.so"
-ROUTINES = ("potrs", "potri", "syevd")
+ROUTINES = ("potrs", "potri", "syevd", "potrf", "cholsolve", "getrf", "lusolve")
 DTYPE_PREFIX = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
 _LAPACK_ROUTINES = {
-    "s": ("spotrf", "spotrs", "spotri", "ssyevd"),
-    "d": ("dpotrf", "dpotrs", "dpotri", "dsyevd"),
-    "c": ("cpotrf", "cpotrs", "cpotri", "cheevd"),
-    "z": ("zpotrf", "zpotrs", "zpotri", "zheevd"),
+    "s": ("spotrf", "spotrs", "spotri", "sgetrf", "sgetrs", "ssyevd"),
+    "d": ("dpotrf", "dpotrs", "dpotri", "dgetrf", "dgetrs", "dsyevd"),
+    "c": ("cpotrf", "cpotrs", "cpotri", "cgetrf", "cgetrs", "cheevd"),
+    "z": ("zpotrf", "zpotrs", "zpotri", "zgetrf", "zgetrs", "zheevd"),
 }
 
 

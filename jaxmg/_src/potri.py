@@ -39,9 +39,12 @@ def potri(
         if collective.platform_of(placement) == "cuda":
             inv = _mirror_upper_blocks(inv, placement.axis)
         info = info[0]
+    elif donate:
+        inv, info = _potri_donating(a, placement=placement, tile=tile, engine=engine)
     else:
-        run = _potri_donating if donate else _potri
-        inv, info = run(a, placement=placement, tile=tile, engine=engine)
+        from jaxmg._src import linalg  # differentiable
+
+        inv, info = linalg._spd_inverse((placement, tile, engine), a)
     return (inv, info) if return_info else inv
 
 
@@ -76,6 +79,7 @@ def _mirror_upper(r, placement):
 
 
 _potri = jax.jit(_potri_impl, static_argnames=("placement", "tile", "engine"))
+run = _potri
 _potri_donating = jax.jit(_potri_impl, static_argnames=("placement", "tile", "engine"), donate_argnums=0)
 
 

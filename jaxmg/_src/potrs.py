@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, dispatch, distribution as dist, native
+from jaxmg._src import collective, dispatch, distribution as dist, factors, native
 
 
 def potrs(
@@ -67,21 +67,20 @@ def potrs(
     engine = dispatch.choose("potrs", n, placement, backend)
     if placement.manual:
         x, info = _potrs_blocks(a, b2, placement, tile)
+    elif donate:
+        b_sharded = factors.is_row_sharded(b, placement)
+        x, info, _ = _potrs_donating(
+            a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine
+        )
     else:
-        b_sharded = _is_row_sharded(b, placement)
-        run = _potrs_donating if donate else _potrs
-        x, info, _ = run(a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine)
+        from jaxmg._src import linalg  # differentiable: factor, then solve against it
+
+        t = dist.choose_tile(n, placement.n_devices, tile)
+        f = factors.cholesky(a, factors.Layout(placement, n, t, engine))
+        x, info = linalg.cho_solve(f, b), f.info
+        return (x, info) if return_info else x
     x = x[:, 0] if vector else x
     return (x, info) if return_info else x
-
-
-def _is_row_sharded(b, placement) -> bool:
-    sharding = None if isinstance(b, jax.core.Tracer) else getattr(b, "sharding", None)
-    spec = getattr(sharding, "spec", None)
-    if spec is None or len(spec) == 0 or placement.n_devices == 1:
-        return False
-    rows = spec[0][0] if isinstance(spec[0], tuple) and len(spec[0]) == 1 else spec[0]
-    return rows == placement.axis
 
 
 def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):

@@ -51,10 +51,19 @@ def syevd(
         # This device's rows of V^H: the caller gets them as they are.
         out = (w, vh) if vectors else (w,)
         info = info[0]
-    else:
-        run = _syevd_donating if donate else _syevd
-        w, v, info = run(a, placement=placement, tile=tile, vectors=vectors, engine=engine)
+    elif donate:
+        w, v, info = _syevd_donating(a, placement=placement, tile=tile, vectors=vectors, engine=engine)
         out = (w, v) if vectors else (w,)
+    else:
+        from jaxmg._src import linalg  # differentiable
+
+        config = (placement, tile, engine)
+        if vectors:
+            w, v, info = linalg._eigh(config, a)
+            out = (w, v)
+        else:
+            w, info = linalg._eigvalsh(config, a)
+            out = (w,)
     out = out + (info,) if return_info else out
     return out[0] if len(out) == 1 else out
 
@@ -85,6 +94,7 @@ def _syevd_impl(a, *, placement, tile, vectors, engine):
 
 _STATIC = ("placement", "tile", "vectors", "engine")
 _syevd = jax.jit(_syevd_impl, static_argnames=_STATIC)
+run = _syevd
 _syevd_donating = jax.jit(_syevd_impl, static_argnames=_STATIC, donate_argnums=0)
 
 

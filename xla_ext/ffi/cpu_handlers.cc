@@ -101,45 +101,100 @@ ffi::Error LayoutImpl(ffi::RunId run, ffi::AnyBuffer a, ffi::Buffer<ffi::S32> in
 // potrs: Cholesky factor + solve. A's blocks keep the factor, block-cyclic.
 //===--------------------------------------------------------------------===//
 
+// One participant's buffers; a routine uses the ones it needs.
 template <typename T>
-struct PotrsShard {
-  void* a;
-  const T* b;
-  T* x;
-  int32_t* info;
+struct Shard {
+  void* a = nullptr;           // matrix block (or the factor, read-only)
+  const T* b = nullptr;        // right-hand sides
+  T* x = nullptr;              // solution, b's layout
+  const int32_t* piv = nullptr;  // LU pivots in (solver layout)
+  int32_t* piv_out = nullptr;  // LU pivots out
+  int32_t* info = nullptr;
 };
 
 // B arrives row-sharded (rows_b = N / n per participant) or replicated
-// (rows_b = N everywhere); X leaves in the same layout. The engine works on
-// column-major M = A^T = conj(A), so it solves M conj(X) = conj(B).
+// (rows_b = N everywhere). Returns it column-major N x k, conjugated when
+// `conj` (the engines see M = A^T, so Hermitian solves run on conj(A)).
 template <typename T>
-Status PotrsLeader(const ColumnLayout& layout, int64_t rows_b, int64_t k, bool b_sharded,
-                   const std::vector<void*>& all) {
-  using P = PotrsShard<T>;
-  const int64_t n = layout.n_cols;
-  JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<P>(all), sizeof(T), Direction::kToBlockCyclic));
+std::vector<T> GatherRhs(const std::vector<void*>& all, int64_t n, int64_t rows_b, int64_t k,
+                         bool b_sharded, bool conj) {
   std::vector<T> rhs(static_cast<size_t>(n) * k);
   const int n_sources = b_sharded ? static_cast<int>(all.size()) : 1;
   for (int d = 0; d < n_sources; ++d) {
-    const T* b = static_cast<P*>(all[d])->b;
+    const T* b = static_cast<Shard<T>*>(all[d])->b;
     for (int64_t r = 0; r < rows_b; ++r) {
-      for (int64_t c = 0; c < k; ++c) rhs[(d * rows_b + r) + c * n] = Conj(b[r * k + c]);
+      for (int64_t c = 0; c < k; ++c) {
+        const T v = b[r * k + c];
+        rhs[(d * rows_b + r) + c * n] = conj ? Conj(v) : v;
+      }
     }
   }
-  int32_t info = 0;
-  JAXMG_RETURN_IF_ERROR(lapack::Potrs(Matrix<T, P>(layout, all), rhs.data(), k, &info));
+  return rhs;
+}
+
+// Writes X back in B's layout (NaN everywhere when `failed`).
+template <typename T>
+void ScatterRhs(const std::vector<T>& rhs, const std::vector<void*>& all, int64_t n,
+                int64_t rows_b, int64_t k, bool b_sharded, bool conj, bool failed) {
   for (size_t d = 0; d < all.size(); ++d) {
-    P& p = *static_cast<P*>(all[d]);
+    T* x = static_cast<Shard<T>*>(all[d])->x;
     const int64_t first_row = b_sharded ? d * rows_b : 0;
     for (int64_t r = 0; r < rows_b; ++r) {
       for (int64_t c = 0; c < k; ++c) {
-        p.x[r * k + c] = info == 0 ? Conj(rhs[(first_row + r) + c * n]) : QuietNaN<T>();
+        const T v = rhs[(first_row + r) + c * n];
+        x[r * k + c] = failed ? QuietNaN<T>() : (conj ? Conj(v) : v);
       }
     }
-    *p.info = info;
+  }
+}
+
+template <typename T>
+void PublishInfo(const std::vector<void*>& all, int32_t info) {
+  for (void* v : all) *static_cast<Shard<T>*>(v)->info = info;
+}
+
+// LU pivots live like A's columns: participant d holds those of its tiles,
+// in its local order, so they stay with the factor between calls.
+template <typename T>
+void ScatterPivots(const ColumnLayout& layout, const std::vector<int32_t>& ipiv,
+                   const std::vector<void*>& all) {
+  for (int64_t t = 0; t < layout.tiles(); ++t) {
+    const layout::Slot s = layout.BlockCyclic(t);
+    int32_t* out = static_cast<Shard<T>*>(all[s.device])->piv_out + s.index * layout.tile;
+    std::copy_n(ipiv.data() + t * layout.tile, layout.tile, out);
+  }
+}
+
+template <typename T>
+std::vector<int32_t> GatherPivots(const ColumnLayout& layout, const std::vector<void*>& all) {
+  std::vector<int32_t> ipiv(layout.n_cols);
+  for (int64_t t = 0; t < layout.tiles(); ++t) {
+    const layout::Slot s = layout.BlockCyclic(t);
+    const int32_t* in = static_cast<Shard<T>*>(all[s.device])->piv + s.index * layout.tile;
+    std::copy_n(in, layout.tile, ipiv.data() + t * layout.tile);
+  }
+  return ipiv;
+}
+
+Status CheckRhs(ffi::Span<const int64_t> b_dims, const ColumnLayout& layout, int32_t n_devices,
+                bool b_sharded) {
+  const int64_t expected_rows = b_sharded ? layout.n_cols / n_devices : layout.n_cols;
+  if (b_dims.size() != 2 || b_dims[0] != expected_rows) {
+    return Errorf("jaxmg: b's block must have ", expected_rows, " rows");
   }
   return Status::Ok();
 }
+
+// Runs `leader` over every participant's Shard once all have arrived.
+template <typename Leader>
+ffi::Error Collective(const CallSite& site, void* mine, Leader&& leader) {
+  return ToFfi(rendezvous::Meet({site.call_id, site.run_id}, site.n_devices, site.index, mine,
+                                site.timeout, std::forward<Leader>(leader)));
+}
+
+//===--------------------------------------------------------------------===//
+// potrs: Cholesky factor + solve. A's blocks keep the factor, block-cyclic.
+//===--------------------------------------------------------------------===//
 
 template <ffi::DataType DT>
 ffi::Error PotrsImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<DT> b,
@@ -151,20 +206,142 @@ ffi::Error PotrsImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<DT> b,
   const CallSite site = MakeSite(run, index, n_devices, tile, call_id, timeout_ms);
   ColumnLayout layout;
   Status s = CheckMatrixBlock("a", a.dimensions(), site, &layout);
+  if (s.ok()) s = CheckRhs(b.dimensions(), layout, site.n_devices, b_sharded);
   if (!s.ok()) return ToFfi(s);
-  auto b_dims = b.dimensions();
-  const int64_t expected_rows = b_sharded ? layout.n_cols / site.n_devices : layout.n_cols;
-  if (b_dims.size() != 2 || b_dims[0] != expected_rows) {
-    return ffi::Error::InvalidArgument("jaxmg: b's block must have " +
-                                       std::to_string(expected_rows) + " rows");
+  const int64_t rows_b = b.dimensions()[0], k = b.dimensions()[1];
+  Shard<T> mine;
+  mine.a = WorkBuffer(a, a_out);
+  mine.b = b.typed_data();
+  mine.x = x->typed_data();
+  mine.info = info->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    const int64_t n = layout.n_cols;
+    JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<Shard<T>>(all), sizeof(T),
+                                  Direction::kToBlockCyclic));
+    std::vector<T> rhs = GatherRhs<T>(all, n, rows_b, k, b_sharded, true);
+    int32_t status = 0;
+    JAXMG_RETURN_IF_ERROR(lapack::Potrs(Matrix<T, Shard<T>>(layout, all), rhs.data(), k, &status));
+    ScatterRhs(rhs, all, n, rows_b, k, b_sharded, true, status != 0);
+    PublishInfo<T>(all, status);
+    return Status::Ok();
+  });
+}
+
+//===--------------------------------------------------------------------===//
+// potrf / cholsolve: the factor alone (kept block-cyclic in A's buffers), and
+// solves against it; a factor is reused across any number of solves.
+//===--------------------------------------------------------------------===//
+
+template <ffi::DataType DT>
+ffi::Error PotrfImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> index,
+                     ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<ffi::S32>> info,
+                     int64_t n_devices, int64_t tile, int64_t call_id, int64_t timeout_ms) {
+  using T = ffi::NativeType<DT>;
+  const CallSite site = MakeSite(run, index, n_devices, tile, call_id, timeout_ms);
+  ColumnLayout layout;
+  Status s = CheckMatrixBlock("a", a.dimensions(), site, &layout);
+  if (!s.ok()) return ToFfi(s);
+  Shard<T> mine;
+  mine.a = WorkBuffer(a, a_out);
+  mine.info = info->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<Shard<T>>(all), sizeof(T),
+                                  Direction::kToBlockCyclic));
+    int32_t status = 0;
+    JAXMG_RETURN_IF_ERROR(lapack::Potrf(Matrix<T, Shard<T>>(layout, all), &status));
+    PublishInfo<T>(all, status);
+    return Status::Ok();
+  });
+}
+
+template <ffi::DataType DT>
+ffi::Error CholSolveImpl(ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<DT> b,
+                         ffi::Buffer<ffi::S32> index, ffi::Result<ffi::Buffer<DT>> x,
+                         int64_t n_devices, int64_t tile, int64_t call_id, int64_t timeout_ms,
+                         bool b_sharded) {
+  using T = ffi::NativeType<DT>;
+  const CallSite site = MakeSite(run, index, n_devices, tile, call_id, timeout_ms);
+  ColumnLayout layout;
+  Status s = CheckMatrixBlock("factor", factor.dimensions(), site, &layout);
+  if (s.ok()) s = CheckRhs(b.dimensions(), layout, site.n_devices, b_sharded);
+  if (!s.ok()) return ToFfi(s);
+  const int64_t rows_b = b.dimensions()[0], k = b.dimensions()[1];
+  Shard<T> mine;
+  mine.a = factor.untyped_data();
+  mine.b = b.typed_data();
+  mine.x = x->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    const int64_t n = layout.n_cols;
+    std::vector<T> rhs = GatherRhs<T>(all, n, rows_b, k, b_sharded, true);
+    JAXMG_RETURN_IF_ERROR(lapack::CholSolve(Matrix<T, Shard<T>>(layout, all), rhs.data(), k));
+    ScatterRhs(rhs, all, n, rows_b, k, b_sharded, true, false);
+    return Status::Ok();
+  });
+}
+
+//===--------------------------------------------------------------------===//
+// getrf / lusolve: LU with partial pivoting. The engine factors M = A^T (A's
+// row blocks read column-major), so A X = B is M^T X = B, A^T X = B is
+// M X = B and A^H X = B is M conj(X) = conj(B).
+//===--------------------------------------------------------------------===//
+
+template <ffi::DataType DT>
+ffi::Error GetrfImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> index,
+                     ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<ffi::S32>> piv,
+                     ffi::Result<ffi::Buffer<ffi::S32>> info, int64_t n_devices, int64_t tile,
+                     int64_t call_id, int64_t timeout_ms) {
+  using T = ffi::NativeType<DT>;
+  const CallSite site = MakeSite(run, index, n_devices, tile, call_id, timeout_ms);
+  ColumnLayout layout;
+  Status s = CheckMatrixBlock("a", a.dimensions(), site, &layout);
+  if (s.ok() && static_cast<int64_t>(piv->element_count()) * site.n_devices != layout.n_cols) {
+    s = Status::Error("jaxmg: piv must hold N / n_devices pivots per device");
   }
-  PotrsShard<T> shard{WorkBuffer(a, a_out), b.typed_data(), x->typed_data(),
-                      info->typed_data()};
-  return ToFfi(rendezvous::Meet({site.call_id, site.run_id}, site.n_devices, site.index, &shard,
-                                site.timeout, [&](const std::vector<void*>& all) {
-                                  return PotrsLeader<T>(layout, b_dims[0], b_dims[1], b_sharded,
-                                                        all);
-                                }));
+  if (!s.ok()) return ToFfi(s);
+  Shard<T> mine;
+  mine.a = WorkBuffer(a, a_out);
+  mine.piv_out = piv->typed_data();
+  mine.info = info->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<Shard<T>>(all), sizeof(T),
+                                  Direction::kToBlockCyclic));
+    std::vector<int32_t> ipiv(layout.n_cols);
+    int32_t status = 0;
+    JAXMG_RETURN_IF_ERROR(lapack::Getrf(Matrix<T, Shard<T>>(layout, all), ipiv.data(), &status));
+    ScatterPivots<T>(layout, ipiv, all);
+    PublishInfo<T>(all, status);
+    return Status::Ok();
+  });
+}
+
+template <ffi::DataType DT>
+ffi::Error LuSolveImpl(ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<ffi::S32> piv,
+                       ffi::Buffer<DT> b, ffi::Buffer<ffi::S32> index,
+                       ffi::Result<ffi::Buffer<DT>> x, int64_t n_devices, int64_t tile,
+                       int64_t call_id, int64_t timeout_ms, bool b_sharded, int64_t trans) {
+  using T = ffi::NativeType<DT>;
+  const CallSite site = MakeSite(run, index, n_devices, tile, call_id, timeout_ms);
+  ColumnLayout layout;
+  Status s = CheckMatrixBlock("factor", factor.dimensions(), site, &layout);
+  if (s.ok()) s = CheckRhs(b.dimensions(), layout, site.n_devices, b_sharded);
+  if (s.ok() && (trans < 0 || trans > 2)) s = Errorf("jaxmg: trans=", trans, " must be 0, 1 or 2");
+  if (!s.ok()) return ToFfi(s);
+  const int64_t rows_b = b.dimensions()[0], k = b.dimensions()[1];
+  Shard<T> mine;
+  mine.a = factor.untyped_data();
+  mine.piv = piv.typed_data();
+  mine.b = b.typed_data();
+  mine.x = x->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    const int64_t n = layout.n_cols;
+    const bool conj = trans == 2;
+    std::vector<T> rhs = GatherRhs<T>(all, n, rows_b, k, b_sharded, conj);
+    std::vector<int32_t> ipiv = GatherPivots<T>(layout, all);
+    JAXMG_RETURN_IF_ERROR(lapack::Getrs(Matrix<T, Shard<T>>(layout, all), ipiv.data(),
+                                        trans == 0 ? 'T' : 'N', rhs.data(), k));
+    ScatterRhs(rhs, all, n, rows_b, k, b_sharded, conj, false);
+    return Status::Ok();
+  });
 }
 
 //===--------------------------------------------------------------------===//
@@ -297,7 +474,45 @@ auto PotrsBinding() {
       .template Attr<bool>("b_sharded");
 }
 
-// Args: a, index. Results: a (the inverse, row blocks), info (1,).
+// Args: factor (block-cyclic, read), b, index. Results: x.
+template <ffi::DataType DT>
+auto CholSolveBinding() {
+  return CallAttrs(ffi::Ffi::Bind()
+                       .Ctx<ffi::RunId>()
+                       .template Arg<ffi::Buffer<DT>>()
+                       .template Arg<ffi::Buffer<DT>>()
+                       .template Arg<ffi::Buffer<ffi::S32>>()
+                       .template Ret<ffi::Buffer<DT>>())
+      .template Attr<bool>("b_sharded");
+}
+
+// Args: a, index. Results: a (LU factor, block-cyclic), piv (N/n,), info (1,).
+template <ffi::DataType DT>
+auto GetrfBinding() {
+  return CallAttrs(ffi::Ffi::Bind()
+                       .Ctx<ffi::RunId>()
+                       .template Arg<ffi::Buffer<DT>>()
+                       .template Arg<ffi::Buffer<ffi::S32>>()
+                       .template Ret<ffi::Buffer<DT>>()
+                       .template Ret<ffi::Buffer<ffi::S32>>()
+                       .template Ret<ffi::Buffer<ffi::S32>>());
+}
+
+// Args: factor, piv, b, index. Results: x. trans: 0 (A), 1 (A^T), 2 (A^H).
+template <ffi::DataType DT>
+auto LuSolveBinding() {
+  return CallAttrs(ffi::Ffi::Bind()
+                       .Ctx<ffi::RunId>()
+                       .template Arg<ffi::Buffer<DT>>()
+                       .template Arg<ffi::Buffer<ffi::S32>>()
+                       .template Arg<ffi::Buffer<DT>>()
+                       .template Arg<ffi::Buffer<ffi::S32>>()
+                       .template Ret<ffi::Buffer<DT>>())
+      .template Attr<bool>("b_sharded")
+      .template Attr<int64_t>("trans");
+}
+
+// Args: a, index. Results: a (the inverse, row blocks; potrf: the factor), info (1,).
 template <ffi::DataType DT>
 auto PotriBinding() {
   return CallAttrs(ffi::Ffi::Bind()
@@ -326,5 +541,9 @@ auto SyevdBinding() {
 
 JAXMG_DEFINE_TARGETS(potrs, cpu, jaxmg::PotrsImpl, jaxmg::PotrsBinding);
 JAXMG_DEFINE_TARGETS(potri, cpu, jaxmg::PotriImpl, jaxmg::PotriBinding);
+JAXMG_DEFINE_TARGETS(potrf, cpu, jaxmg::PotrfImpl, jaxmg::PotriBinding);
+JAXMG_DEFINE_TARGETS(cholsolve, cpu, jaxmg::CholSolveImpl, jaxmg::CholSolveBinding);
+JAXMG_DEFINE_TARGETS(getrf, cpu, jaxmg::GetrfImpl, jaxmg::GetrfBinding);
+JAXMG_DEFINE_TARGETS(lusolve, cpu, jaxmg::LuSolveImpl, jaxmg::LuSolveBinding);
 JAXMG_DEFINE_TARGETS(syevd, cpu, jaxmg::SyevdImpl, jaxmg::SyevdBinding);
 XLA_FFI_DEFINE_HANDLER_SYMBOL(jaxmg_layout_cpu, jaxmg::LayoutImpl, jaxmg::LayoutBinding());

@@ -194,6 +194,166 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
 }
 
 //===--------------------------------------------------------------------===//
+// potrf / cholsolve / getrf / lusolve: factor once, solve many times. The
+// factor stays block-cyclic in the matrix's buffers between calls.
+//===--------------------------------------------------------------------===//
+
+template <typename T>
+struct FactorShard {
+  mg::Shard<T> shard;
+  int32_t* piv;  // getrf, lusolve
+  int32_t* info;
+};
+
+template <ffi::DataType DT>
+ffi::Error PotrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run, ffi::Buffer<DT> a, ffi::AnyBuffer,
+                     ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<ffi::S32>> info,
+                     int64_t, int64_t tile, int64_t call_id, int64_t timeout_ms,
+                     ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  Prologue p;
+  Status s = Begin(run, ordinal, device_ids, a.dimensions(), tile, call_id, timeout_ms, &p);
+  FactorShard<T> mine{{}, nullptr, info->typed_data()};
+  if (s.ok()) s = Workspace<T>(p, Routine::kPotrf, 0, a_out->typed_data(), scratch, &mine.shard);
+  if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
+  if (!s.ok()) return ToFfi(s);
+  return ToFfi(rendezvous::Meet(
+      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+      [&](const std::vector<void*>& all) {
+        return Lead(*p.ctx, [&]() -> Status {
+          int32_t status = 0;
+          JAXMG_RETURN_IF_ERROR(
+              mg::Potrf<T>(*p.ctx, p.layout, Shards<FactorShard<T>, T>(all), &status));
+          return PublishInfo(Infos<FactorShard<T>>(all), status);
+        });
+      }));
+}
+
+template <ffi::DataType DT>
+ffi::Error GetrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                     ffi::RunId run, ffi::Buffer<DT> a, ffi::AnyBuffer,
+                     ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<ffi::S32>> piv,
+                     ffi::Result<ffi::Buffer<ffi::S32>> info, int64_t, int64_t tile,
+                     int64_t call_id, int64_t timeout_ms, ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  Prologue p;
+  Status s = Begin(run, ordinal, device_ids, a.dimensions(), tile, call_id, timeout_ms, &p);
+  if (s.ok() && static_cast<int64_t>(piv->element_count()) * p.site.n_devices != p.layout.n_cols) {
+    s = Status::Error("jaxmg: piv must hold N / n_devices pivots per device");
+  }
+  FactorShard<T> mine{{}, piv->typed_data(), info->typed_data()};
+  if (s.ok()) s = Workspace<T>(p, Routine::kGetrf, 0, a_out->typed_data(), scratch, &mine.shard);
+  if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
+  if (!s.ok()) return ToFfi(s);
+  return ToFfi(rendezvous::Meet(
+      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+      [&](const std::vector<void*>& all) {
+        return Lead(*p.ctx, [&]() -> Status {
+          std::vector<int32_t*> pivots;
+          for (void* v : all) pivots.push_back(static_cast<FactorShard<T>*>(v)->piv);
+          int32_t status = 0;
+          JAXMG_RETURN_IF_ERROR(mg::Getrf<T>(*p.ctx, p.layout, Shards<FactorShard<T>, T>(all),
+                                             pivots, &status));
+          return PublishInfo(Infos<FactorShard<T>>(all), status);
+        });
+      }));
+}
+
+// Shared by cholsolve and lusolve: the factor is read in place, B is staged
+// on participant 0. `solve` runs the engine for the meeting's participants.
+template <typename T, typename Solve>
+ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator& scratch,
+                           ffi::RunId run, const void* factor, ffi::Span<const int64_t> f_dims,
+                           const int32_t* piv, ffi::Span<const int64_t> b_dims, const T* b, T* x,
+                           int64_t tile, int64_t call_id, int64_t timeout_ms, bool b_sharded,
+                           ffi::Span<const int64_t> device_ids, Routine routine, Solve&& solve) {
+  Prologue p;
+  Status s = Begin(run, ordinal, device_ids, f_dims, tile, call_id, timeout_ms, &p);
+  if (!s.ok()) return ToFfi(s);
+  const int64_t n = p.layout.n_cols;
+  const int64_t rows = b_sharded ? n / p.site.n_devices : n;
+  if (b_dims.size() != 2 || b_dims[0] != rows) {
+    return ffi::Error::InvalidArgument("jaxmg: b's block must have " + std::to_string(rows) +
+                                       " rows");
+  }
+  const int64_t k = b_dims[1];
+  PotrsShard<T> mine{{}, b, x, nullptr, nullptr};
+  const bool leader = p.site.index == 0;
+  T* a = static_cast<T*>(const_cast<void*>(factor));
+  s = Workspace<T>(p, routine, std::min(k, p.layout.tile), a, scratch, &mine.shard,
+                   leader ? 2 * n * k : 0, leader ? &mine.stage : nullptr);
+  if (s.ok()) s = Ready<T>(stream, nullptr, nullptr, 0);
+  if (!s.ok()) return ToFfi(s);
+  struct Mine {
+    PotrsShard<T> rhs;
+    const int32_t* piv;
+  } me{mine, piv};
+  return ToFfi(rendezvous::Meet(
+      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &me, p.site.timeout,
+      [&](const std::vector<void*>& all) {
+        return Lead(*p.ctx, [&]() -> Status {
+          mg::Rhs<T> rhs;
+          rhs.sharded = b_sharded;
+          rhs.k = k;
+          std::vector<mg::Shard<T>> shards;
+          std::vector<int32_t*> pivots;
+          for (void* v : all) {
+            const Mine& m = *static_cast<Mine*>(v);
+            rhs.b.push_back(m.rhs.b);
+            rhs.x.push_back(m.rhs.x);
+            shards.push_back(m.rhs.shard);
+            pivots.push_back(const_cast<int32_t*>(m.piv));
+          }
+          rhs.stage = me.rhs.stage;
+          rhs.columns = me.rhs.stage + n * k;
+          return solve(*p.ctx, p.layout, shards, pivots, rhs);
+        });
+      }));
+}
+
+template <ffi::DataType DT>
+ffi::Error CholSolveCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                         ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<DT> b,
+                         ffi::AnyBuffer, ffi::Result<ffi::Buffer<DT>> x, int64_t, int64_t tile,
+                         int64_t call_id, int64_t timeout_ms, bool b_sharded,
+                         ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  return SolveWithFactor<T>(
+      stream, ordinal, scratch, run, factor.untyped_data(), factor.dimensions(), nullptr,
+      b.dimensions(), b.typed_data(), x->typed_data(), tile, call_id, timeout_ms, b_sharded,
+      device_ids, Routine::kCholSolve,
+      [](Context& ctx, const ColumnLayout& layout, const std::vector<mg::Shard<T>>& shards,
+         const std::vector<int32_t*>&, const mg::Rhs<T>& rhs) {
+        return mg::CholSolve<T>(ctx, layout, shards, rhs);
+      });
+}
+
+// The engine holds M = A^T: A X = B is M^T X = B, A^T X = B is M X = B, and
+// A^H X = B is M conj(X) = conj(B).
+template <ffi::DataType DT>
+ffi::Error LuSolveCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                       ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<ffi::S32> piv,
+                       ffi::Buffer<DT> b, ffi::AnyBuffer, ffi::Result<ffi::Buffer<DT>> x,
+                       int64_t, int64_t tile, int64_t call_id, int64_t timeout_ms,
+                       bool b_sharded, int64_t trans, ffi::Span<const int64_t> device_ids) {
+  using T = ffi::NativeType<DT>;
+  if (trans < 0 || trans > 2) {
+    return ffi::Error::InvalidArgument("jaxmg: trans must be 0, 1 or 2");
+  }
+  const cublasOperation_t op = trans == 0 ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const bool conj = trans == 2;
+  return SolveWithFactor<T>(
+      stream, ordinal, scratch, run, factor.untyped_data(), factor.dimensions(), piv.typed_data(),
+      b.dimensions(), b.typed_data(), x->typed_data(), tile, call_id, timeout_ms, b_sharded,
+      device_ids, Routine::kGetrs,
+      [op, conj](Context& ctx, const ColumnLayout& layout, const std::vector<mg::Shard<T>>& shards,
+                 const std::vector<int32_t*>& pivots, const mg::Rhs<T>& rhs) {
+        return mg::Getrs<T>(ctx, layout, shards, pivots, op, conj, rhs);
+      });
+}
+
+//===--------------------------------------------------------------------===//
 // potri
 //===--------------------------------------------------------------------===//
 
@@ -305,6 +465,41 @@ auto PotriCudaBinding() {
 }
 
 template <ffi::DataType DT>
+auto CholSolveCudaBinding() {
+  return CallAttrs(CudaPrefix()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::AnyBuffer>()
+                           .template Ret<ffi::Buffer<DT>>())
+      .template Attr<bool>("b_sharded")
+      .template Attr<ffi::Span<const int64_t>>("device_ids");
+}
+
+template <ffi::DataType DT>
+auto GetrfCudaBinding() {
+  return CallAttrs(CudaPrefix()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::AnyBuffer>()
+                           .template Ret<ffi::Buffer<DT>>()
+                           .template Ret<ffi::Buffer<ffi::S32>>()
+                           .template Ret<ffi::Buffer<ffi::S32>>())
+      .template Attr<ffi::Span<const int64_t>>("device_ids");
+}
+
+template <ffi::DataType DT>
+auto LuSolveCudaBinding() {
+  return CallAttrs(CudaPrefix()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::Buffer<ffi::S32>>()
+                           .template Arg<ffi::Buffer<DT>>()
+                           .template Arg<ffi::AnyBuffer>()
+                           .template Ret<ffi::Buffer<DT>>())
+      .template Attr<bool>("b_sharded")
+      .template Attr<int64_t>("trans")
+      .template Attr<ffi::Span<const int64_t>>("device_ids");
+}
+
+template <ffi::DataType DT>
 auto SyevdCudaBinding() {
   return CallAttrs(CudaPrefix()
                            .template Arg<ffi::Buffer<DT>>()
@@ -321,4 +516,8 @@ auto SyevdCudaBinding() {
 
 JAXMG_DEFINE_TARGETS(potrs, cuda, jaxmg::PotrsCuda, jaxmg::PotrsCudaBinding);
 JAXMG_DEFINE_TARGETS(potri, cuda, jaxmg::PotriCuda, jaxmg::PotriCudaBinding);
+JAXMG_DEFINE_TARGETS(potrf, cuda, jaxmg::PotrfCuda, jaxmg::PotriCudaBinding);
+JAXMG_DEFINE_TARGETS(cholsolve, cuda, jaxmg::CholSolveCuda, jaxmg::CholSolveCudaBinding);
+JAXMG_DEFINE_TARGETS(getrf, cuda, jaxmg::GetrfCuda, jaxmg::GetrfCudaBinding);
+JAXMG_DEFINE_TARGETS(lusolve, cuda, jaxmg::LuSolveCuda, jaxmg::LuSolveCudaBinding);
 JAXMG_DEFINE_TARGETS(syevd, cuda, jaxmg::SyevdCuda, jaxmg::SyevdCudaBinding);

@@ -1,5 +1,6 @@
 #include "xla_ext/rendezvous/rendezvous.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -24,9 +25,19 @@ struct Meeting {
   Status result;
 };
 
+// One key's meetings. A call site inside a loop (lax.scan, fori_loop, vmap)
+// meets once per iteration under the same key: a participant's k-th arrival
+// joins the key's k-th meeting, so a fast participant that runs ahead never
+// enters a meeting its slower peers have not left.
+struct Series {
+  explicit Series(int n) : arrivals(n, 0) {}
+  std::vector<int64_t> arrivals;  // per participant
+  std::map<int64_t, std::shared_ptr<Meeting>> meetings;  // by generation
+};
+
 std::mutex registry_mu;
-std::map<CallKey, std::shared_ptr<Meeting>>& Registry() {
-  static auto* registry = new std::map<CallKey, std::shared_ptr<Meeting>>();
+std::map<CallKey, Series>& Registry() {
+  static auto* registry = new std::map<CallKey, Series>();
   return *registry;
 }
 
@@ -50,12 +61,17 @@ std::string MissingMessage(const Meeting& m, const CallKey& key,
 // The meeting is forgotten once every participant has arrived and left; an
 // aborted meeting stays until its stragglers arrive, so they fail at once
 // instead of waiting out their own timeout.
-void Leave(const CallKey& key, Meeting& m) {
+void Leave(const CallKey& key, int64_t generation, Meeting& m) {
   m.n_left += 1;
-  if (m.n_left == m.n) {
-    std::lock_guard<std::mutex> lock(registry_mu);
-    Registry().erase(key);
-  }
+  if (m.n_left != m.n) return;
+  std::lock_guard<std::mutex> lock(registry_mu);
+  auto it = Registry().find(key);
+  if (it == Registry().end()) return;
+  Series& series = it->second;
+  series.meetings.erase(generation);
+  const auto& a = series.arrivals;
+  const bool level = std::all_of(a.begin(), a.end(), [&](int64_t g) { return g == a[0]; });
+  if (series.meetings.empty() && level) Registry().erase(it);
 }
 
 Status RunLeaderWork(const LeaderWork& work, const std::vector<void*>& payloads) {
@@ -76,22 +92,21 @@ Status Meet(const CallKey& key, int n, int index, void* payload,
     return Errorf("jaxmg: participant index ", index, " is outside a mesh of ", n, " devices");
   }
   std::shared_ptr<Meeting> meeting;
+  int64_t generation = 0;
   {
     std::lock_guard<std::mutex> lock(registry_mu);
-    auto& slot = Registry()[key];
+    Series& series = Registry().try_emplace(key, n).first->second;
+    if (static_cast<int>(series.arrivals.size()) != n) {
+      return Errorf("jaxmg: participants of call ", key.call_id,
+                    " disagree on the mesh size (", series.arrivals.size(), " vs ", n, ")");
+    }
+    generation = series.arrivals[index]++;
+    auto& slot = series.meetings[generation];
     if (!slot) slot = std::make_shared<Meeting>(n);
     meeting = slot;
   }
   Meeting& m = *meeting;
   std::unique_lock<std::mutex> lock(m.mu);
-  if (m.n != n) {
-    return Errorf("jaxmg: participants of call ", key.call_id, " disagree on the mesh size (",
-                  m.n, " vs ", n, ")");
-  }
-  if (m.arrived[index]) {
-    return Errorf("jaxmg: participant ", index, " arrived twice at call ", key.call_id,
-                  "; each device of the mesh must appear once");
-  }
   m.arrived[index] = true;
   m.payloads[index] = payload;
   m.n_arrived += 1;
@@ -99,7 +114,7 @@ Status Meet(const CallKey& key, int n, int index, void* payload,
 
   if (m.aborted) {
     Status result = m.result;
-    Leave(key, m);
+    Leave(key, generation, m);
     return result;
   }
   const bool all_here = m.cv.wait_for(lock, arrival_timeout,
@@ -111,7 +126,7 @@ Status Meet(const CallKey& key, int n, int index, void* payload,
   }
   if (m.aborted) {
     Status result = m.result;
-    Leave(key, m);
+    Leave(key, generation, m);
     return result;
   }
 
@@ -126,7 +141,7 @@ Status Meet(const CallKey& key, int n, int index, void* payload,
     m.cv.wait(lock, [&m] { return m.done; });
   }
   Status result = m.result;
-  Leave(key, m);
+  Leave(key, generation, m);
   return result;
 }
 

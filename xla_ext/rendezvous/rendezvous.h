@@ -3,7 +3,8 @@
 // participant 0, runs the collective work over all payloads while the others
 // wait. Keyed by (call_id, run_id): call_id is unique per call site in a
 // traced program, run_id is XLA's id of one execution, so two calls or two
-// concurrent executions never mix.
+// concurrent executions never mix. A call site that runs several times in
+// one execution (inside a loop) meets once per iteration, in order.
 #ifndef JAXMG_XLA_EXT_RENDEZVOUS_RENDEZVOUS_H_
 #define JAXMG_XLA_EXT_RENDEZVOUS_RENDEZVOUS_H_
 

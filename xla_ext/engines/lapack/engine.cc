@@ -65,6 +65,66 @@ Status Potrs(const BlockCyclicMatrix<T>& a, T* b, int64_t nrhs, int32_t* info) {
 }
 
 template <typename T>
+Status Potrf(const BlockCyclicMatrix<T>& a, int32_t* info) {
+  JAXMG_RETURN_IF_ERROR(Require("potrf", reinterpret_cast<void*>(Api<T>::potrf)));
+  JAXMG_RETURN_IF_ERROR(CheckSize(a.n(), "N"));
+  std::vector<T> dense = Gather(a);
+  char uplo = 'L';
+  lapack_int n = static_cast<lapack_int>(a.n());
+  lapack_int status = 0;
+  Api<T>::potrf(&uplo, &n, dense.data(), &n, &status);
+  Scatter(dense, a);
+  *info = status;
+  return Status::Ok();
+}
+
+template <typename T>
+Status CholSolve(const BlockCyclicMatrix<T>& factor, T* b, int64_t nrhs) {
+  JAXMG_RETURN_IF_ERROR(Require("potrs", reinterpret_cast<void*>(Api<T>::potrs)));
+  JAXMG_RETURN_IF_ERROR(CheckSize(factor.n(), "N"));
+  JAXMG_RETURN_IF_ERROR(CheckSize(nrhs, "number of right-hand sides"));
+  if (nrhs == 0) return Status::Ok();
+  std::vector<T> dense = Gather(factor);
+  char uplo = 'L';
+  lapack_int n = static_cast<lapack_int>(factor.n());
+  lapack_int k = static_cast<lapack_int>(nrhs);
+  lapack_int status = 0;
+  Api<T>::potrs(&uplo, &n, &k, dense.data(), &n, b, &n, &status);
+  if (status != 0) return Errorf("jaxmg: potrs rejected argument ", -status);
+  return Status::Ok();
+}
+
+template <typename T>
+Status Getrf(const BlockCyclicMatrix<T>& a, int32_t* ipiv, int32_t* info) {
+  JAXMG_RETURN_IF_ERROR(Require("getrf", reinterpret_cast<void*>(Api<T>::getrf)));
+  JAXMG_RETURN_IF_ERROR(CheckSize(a.n(), "N"));
+  std::vector<T> dense = Gather(a);
+  lapack_int n = static_cast<lapack_int>(a.n());
+  lapack_int status = 0;
+  Api<T>::getrf(&n, &n, dense.data(), &n, ipiv, &status);
+  Scatter(dense, a);
+  *info = status;
+  return Status::Ok();
+}
+
+template <typename T>
+Status Getrs(const BlockCyclicMatrix<T>& factor, const int32_t* ipiv, char trans, T* b,
+             int64_t nrhs) {
+  JAXMG_RETURN_IF_ERROR(Require("getrs", reinterpret_cast<void*>(Api<T>::getrs)));
+  JAXMG_RETURN_IF_ERROR(CheckSize(factor.n(), "N"));
+  JAXMG_RETURN_IF_ERROR(CheckSize(nrhs, "number of right-hand sides"));
+  if (nrhs == 0) return Status::Ok();
+  std::vector<T> dense = Gather(factor);
+  std::vector<lapack_int> pivots(ipiv, ipiv + factor.n());
+  lapack_int n = static_cast<lapack_int>(factor.n());
+  lapack_int k = static_cast<lapack_int>(nrhs);
+  lapack_int status = 0;
+  Api<T>::getrs(&trans, &n, &k, dense.data(), &n, pivots.data(), b, &n, &status);
+  if (status != 0) return Errorf("jaxmg: getrs rejected argument ", -status);
+  return Status::Ok();
+}
+
+template <typename T>
 Status Potri(const BlockCyclicMatrix<T>& a, int32_t* info) {
   JAXMG_RETURN_IF_ERROR(Require("potrf", reinterpret_cast<void*>(Api<T>::potrf)));
   JAXMG_RETURN_IF_ERROR(Require("potri", reinterpret_cast<void*>(Api<T>::potri)));
@@ -125,6 +185,11 @@ Status Syevd(const BlockCyclicMatrix<T>& a, Real<T>* w, bool vectors, int32_t* i
 #define JAXMG_INSTANTIATE(T)                                                       \
   template Status Potrs<T>(const BlockCyclicMatrix<T>&, T*, int64_t, int32_t*);    \
   template Status Potri<T>(const BlockCyclicMatrix<T>&, int32_t*);                 \
+  template Status Potrf<T>(const BlockCyclicMatrix<T>&, int32_t*);                 \
+  template Status CholSolve<T>(const BlockCyclicMatrix<T>&, T*, int64_t);          \
+  template Status Getrf<T>(const BlockCyclicMatrix<T>&, int32_t*, int32_t*);       \
+  template Status Getrs<T>(const BlockCyclicMatrix<T>&, const int32_t*, char, T*,  \
+                           int64_t);                                               \
   template Status Syevd<T>(const BlockCyclicMatrix<T>&, Real<T>*, bool, int32_t*);
 JAXMG_INSTANTIATE(float)
 JAXMG_INSTANTIATE(double)

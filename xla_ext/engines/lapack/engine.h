@@ -18,6 +18,23 @@ namespace jaxmg::lapack {
 template <typename T>
 Status Potrs(const BlockCyclicMatrix<T>& a, T* b, int64_t nrhs, int32_t* info);
 
+// Cholesky-factors A (lower) in place.
+template <typename T>
+Status Potrf(const BlockCyclicMatrix<T>& a, int32_t* info);
+
+// Solves with a factor from Potrf; `b` (column-major N x nrhs) becomes X.
+template <typename T>
+Status CholSolve(const BlockCyclicMatrix<T>& factor, T* b, int64_t nrhs);
+
+// LU-factors A = P L U in place; ipiv: N global pivots, LAPACK's 1-based rows.
+template <typename T>
+Status Getrf(const BlockCyclicMatrix<T>& a, int32_t* ipiv, int32_t* info);
+
+// Solves op(A) X = B with a factor from Getrf; trans is 'N', 'T' or 'C'.
+template <typename T>
+Status Getrs(const BlockCyclicMatrix<T>& factor, const int32_t* ipiv, char trans, T* b,
+             int64_t nrhs);
+
 // Overwrites A with its full (both triangles) inverse.
 template <typename T>
 Status Potri(const BlockCyclicMatrix<T>& a, int32_t* info);

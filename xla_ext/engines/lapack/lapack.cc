@@ -16,6 +16,10 @@ bool RegisterFor(const char* prefix, const char* evd_name, const char* name, voi
     Api<T>::potrs = reinterpret_cast<typename Api<T>::Potrs*>(fn);
   } else if (std::strcmp(routine, "potri") == 0) {
     Api<T>::potri = reinterpret_cast<typename Api<T>::Potri*>(fn);
+  } else if (std::strcmp(routine, "getrf") == 0) {
+    Api<T>::getrf = reinterpret_cast<typename Api<T>::Getrf*>(fn);
+  } else if (std::strcmp(routine, "getrs") == 0) {
+    Api<T>::getrs = reinterpret_cast<typename Api<T>::Getrs*>(fn);
   } else if (std::strcmp(routine, evd_name) == 0) {
     Api<T>::evd = reinterpret_cast<typename Api<T>::Evd*>(fn);
   } else {

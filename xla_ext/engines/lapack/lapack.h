@@ -19,6 +19,10 @@ struct Api {
   using Potrs = void(char* uplo, lapack_int* n, lapack_int* nrhs, T* a, lapack_int* lda, T* b,
                      lapack_int* ldb, lapack_int* info);
   using Potri = void(char* uplo, lapack_int* n, T* a, lapack_int* lda, lapack_int* info);
+  using Getrf = void(lapack_int* m, lapack_int* n, T* a, lapack_int* lda, lapack_int* ipiv,
+                     lapack_int* info);
+  using Getrs = void(char* trans, lapack_int* n, lapack_int* nrhs, T* a, lapack_int* lda,
+                     lapack_int* ipiv, T* b, lapack_int* ldb, lapack_int* info);
   // ?syevd for real T, ?heevd for complex T (which adds rwork/lrwork).
   using RealEvd = void(char* jobz, char* uplo, lapack_int* n, T* a, lapack_int* lda, T* w,
                        T* work, lapack_int* lwork, lapack_int* iwork, lapack_int* liwork,
@@ -32,6 +36,8 @@ struct Api {
   static inline Potrf* potrf = nullptr;
   static inline Potrs* potrs = nullptr;
   static inline Potri* potri = nullptr;
+  static inline Getrf* getrf = nullptr;
+  static inline Getrs* getrs = nullptr;
   static inline Evd* evd = nullptr;
 };
 

@@ -82,11 +82,12 @@ Status FillBlocksNaN(Context& ctx, const ColumnLayout& layout, const std::vector
   return Status::Ok();
 }
 
-// out (cols x rows, column-major) = conj(in)^T for in (rows x cols, column-major).
+// out (cols x rows, column-major) = in^T, or conj(in)^T when `conj`, for in
+// (rows x cols, column-major).
 template <typename T>
-Status ConjTranspose(Context& ctx, const T* in, int64_t rows, int64_t cols, T* out) {
+Status Transpose(Context& ctx, const T* in, int64_t rows, int64_t cols, bool conj, T* out) {
   const cuda::Api& api = cuda::api();
-  const cublasOperation_t op = kIsComplex<T> ? CUBLAS_OP_C : CUBLAS_OP_T;
+  const cublasOperation_t op = kIsComplex<T> && conj ? CUBLAS_OP_C : CUBLAS_OP_T;
   const int m = static_cast<int>(cols), n = static_cast<int>(rows);
   const int lda = static_cast<int>(rows), ldc = static_cast<int>(cols);
   JAXMG_CUDA(api.cudaSetDevice(ctx.devices()[0]));
@@ -141,6 +142,204 @@ Status Factor(Context& ctx, int n, std::vector<void*>& a, cudaLibMgMatrixDesc_t 
   return Status::Ok();
 }
 
+// cuBLAS for one scalar type: C = C - op(A) B, B = op(A)^-1 B (A triangular),
+// and row swaps of a column-major matrix.
+template <typename T>
+struct Blas {
+  using Raw = std::conditional_t<
+      std::is_same_v<T, std::complex<float>>, cuComplex,
+      std::conditional_t<std::is_same_v<T, std::complex<double>>, cuDoubleComplex, T>>;
+  static const Raw* R(const T* p) { return reinterpret_cast<const Raw*>(p); }
+  static Raw* R(T* p) { return reinterpret_cast<Raw*>(p); }
+
+  static Status GemmSubtract(cublasHandle_t h, cublasOperation_t op, int m, int n, int k,
+                             const T* a, int lda, const T* b, int ldb, T* c, int ldc) {
+    const cuda::Api& api = cuda::api();
+    const T minus_one_v(-1), one_v(1);
+    const Raw* minus_one = R(&minus_one_v);
+    const Raw* one = R(&one_v);
+    if constexpr (std::is_same_v<T, float>) {
+      JAXMG_CUBLAS(api.cublasSgemm_v2(h, op, CUBLAS_OP_N, m, n, k, minus_one, R(a), lda, R(b),
+                                      ldb, one, R(c), ldc));
+    } else if constexpr (std::is_same_v<T, double>) {
+      JAXMG_CUBLAS(api.cublasDgemm_v2(h, op, CUBLAS_OP_N, m, n, k, minus_one, R(a), lda, R(b),
+                                      ldb, one, R(c), ldc));
+    } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+      JAXMG_CUBLAS(api.cublasCgemm_v2(h, op, CUBLAS_OP_N, m, n, k, minus_one, R(a), lda, R(b),
+                                      ldb, one, R(c), ldc));
+    } else {
+      JAXMG_CUBLAS(api.cublasZgemm_v2(h, op, CUBLAS_OP_N, m, n, k, minus_one, R(a), lda, R(b),
+                                      ldb, one, R(c), ldc));
+    }
+    return Status::Ok();
+  }
+
+  static Status Trsm(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t op,
+                     cublasDiagType_t diag, int m, int n, const T* a, int lda, T* b, int ldb) {
+    const cuda::Api& api = cuda::api();
+    const T one_v(1);
+    const Raw* one = R(&one_v);
+    const auto side = CUBLAS_SIDE_LEFT;
+    if constexpr (std::is_same_v<T, float>) {
+      JAXMG_CUBLAS(api.cublasStrsm_v2(h, side, uplo, op, diag, m, n, one, R(a), lda, R(b), ldb));
+    } else if constexpr (std::is_same_v<T, double>) {
+      JAXMG_CUBLAS(api.cublasDtrsm_v2(h, side, uplo, op, diag, m, n, one, R(a), lda, R(b), ldb));
+    } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+      JAXMG_CUBLAS(api.cublasCtrsm_v2(h, side, uplo, op, diag, m, n, one, R(a), lda, R(b), ldb));
+    } else {
+      JAXMG_CUBLAS(api.cublasZtrsm_v2(h, side, uplo, op, diag, m, n, one, R(a), lda, R(b), ldb));
+    }
+    return Status::Ok();
+  }
+
+  static Status SwapRows(cublasHandle_t h, int n, T* x, int incx, T* y, int incy) {
+    const cuda::Api& api = cuda::api();
+    if constexpr (std::is_same_v<T, float>) {
+      JAXMG_CUBLAS(api.cublasSswap_v2(h, n, R(x), incx, R(y), incy));
+    } else if constexpr (std::is_same_v<T, double>) {
+      JAXMG_CUBLAS(api.cublasDswap_v2(h, n, R(x), incx, R(y), incy));
+    } else if constexpr (std::is_same_v<T, std::complex<float>>) {
+      JAXMG_CUBLAS(api.cublasCswap_v2(h, n, R(x), incx, R(y), incy));
+    } else {
+      JAXMG_CUBLAS(api.cublasZswap_v2(h, n, R(x), incx, R(y), incy));
+    }
+    return Status::Ok();
+  }
+};
+
+// The factor's pivots in global order on the host (participant d holds
+// those of its tiles' columns, in local order).
+Status HostPivots(Context& ctx, const ColumnLayout& layout, const std::vector<int32_t*>& piv,
+                  std::vector<int32_t>* out) {
+  const int64_t local = layout.n_cols / layout.n_devices;
+  std::vector<std::vector<int32_t>> per_device(layout.n_devices, std::vector<int32_t>(local));
+  for (int d = 0; d < layout.n_devices; ++d) {
+    JAXMG_CUDA(cuda::api().cudaSetDevice(ctx.devices()[d]));
+    JAXMG_CUDA(cuda::api().cudaMemcpy(per_device[d].data(), piv[d], local * sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost));
+  }
+  out->resize(layout.n_cols);
+  for (int64_t t = 0; t < layout.tiles(); ++t) {
+    const Slot s = layout.BlockCyclic(t);
+    std::copy_n(per_device[s.device].data() + s.index * layout.tile, layout.tile,
+                out->data() + t * layout.tile);
+  }
+  return Status::Ok();
+}
+
+// Solves M^T X = B with M = P L U factored in place by cusolverMgGetrf, whose
+// Getrs takes CUBLAS_OP_N only: U^T Y = B by forward substitution over the
+// column tiles, L^T Z = Y backwards, then X = P Z. x (n x kc, column-major,
+// on the grid's first device) holds B and receives X; each step is one GEMM
+// and one TRSM on that device, reading the tile where it lives (peer access).
+template <typename T>
+Status TransposedLuSolve(Context& ctx, const ColumnLayout& layout,
+                         const std::vector<Shard<T>>& factor, const std::vector<int32_t>& ipiv,
+                         T* x, int64_t kc) {
+  const int n = static_cast<int>(layout.n_cols);
+  const int t = static_cast<int>(layout.tile);
+  const int k = static_cast<int>(kc);
+  const int64_t tiles = layout.tiles();
+  auto tile = [&](int64_t j) -> const T* {
+    const Slot s = layout.BlockCyclic(j);
+    return factor[s.device].a + s.index * layout.n_cols * layout.tile;
+  };
+  JAXMG_CUDA(cuda::api().cudaSetDevice(ctx.devices()[0]));
+  cublasHandle_t h = ctx.blas();
+  for (int64_t j = 0; j < tiles; ++j) {
+    const int row = static_cast<int>(j * t);
+    T* xj = x + row;
+    if (j > 0) JAXMG_RETURN_IF_ERROR(Blas<T>::GemmSubtract(h, CUBLAS_OP_T, t, k, row, tile(j), n, x, n, xj, n));
+    JAXMG_RETURN_IF_ERROR(Blas<T>::Trsm(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T,
+                                        CUBLAS_DIAG_NON_UNIT, t, k, tile(j) + row, n, xj, n));
+  }
+  for (int64_t j = tiles - 1; j >= 0; --j) {
+    const int row = static_cast<int>(j * t);
+    const int below = row + t;
+    T* xj = x + row;
+    if (below < n) {
+      JAXMG_RETURN_IF_ERROR(Blas<T>::GemmSubtract(h, CUBLAS_OP_T, t, k, n - below,
+                                                  tile(j) + below, n, x + below, n, xj, n));
+    }
+    JAXMG_RETURN_IF_ERROR(Blas<T>::Trsm(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, CUBLAS_DIAG_UNIT,
+                                        t, k, tile(j) + row, n, xj, n));
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const int64_t p = ipiv[i] - 1;
+    if (p != i) JAXMG_RETURN_IF_ERROR(Blas<T>::SwapRows(h, k, x + i, n, x + p, n));
+  }
+  return Status::Ok();
+}
+
+// LU factorisation; an exact zero pivot is a numerical outcome (h_info > 0).
+template <typename T>
+Status LuFactor(Context& ctx, int n, std::vector<void*>& a, cudaLibMgMatrixDesc_t desc,
+                std::vector<int*>& piv, std::vector<void*>& work, int64_t lwork, int* h_info) {
+  *h_info = 0;
+  cusolverStatus_t code = cuda::api().cusolverMgGetrf(ctx.handle(), n, n, a.data(), 1, 1, desc,
+                                                      piv.data(), kType<T>, work.data(), lwork,
+                                                      h_info);
+  if (code == CUSOLVER_STATUS_INTERNAL_ERROR && *h_info > 0) code = CUSOLVER_STATUS_SUCCESS;
+  if (code != CUSOLVER_STATUS_SUCCESS) {
+    Status s = cuda::CusolverError(code, "cusolverMgGetrf", __FILE__, __LINE__);
+    return Errorf(s.message(), " (h_info=", *h_info, ")");
+  }
+  return Status::Ok();
+}
+
+std::vector<int*> PivotPointers(const std::vector<int32_t*>& piv) {
+  return std::vector<int*>(piv.begin(), piv.end());
+}
+
+// Right-hand sides around a solve: B's row-major blocks are gathered on
+// participant 0 and transposed (conjugated when `conj`) to column-major; each
+// chunk of at most one tile of columns, which then lives wholly on the grid's
+// first device, goes to `solve_chunk(columns, kc)`; X returns to B's layout,
+// NaN when `failed()` says so after the solves.
+template <typename T, typename SolveChunk>
+Status SolveStaged(Context& ctx, const ColumnLayout& layout, const Rhs<T>& rhs, bool conj,
+                   SolveChunk&& solve_chunk, bool failed) {
+  const int64_t n = layout.n_cols;
+  const int64_t k = rhs.k;
+  const int64_t rows = rhs.sharded ? n / layout.n_devices : n;
+  const T* b_rows = rhs.b[0];
+  if (rhs.sharded) {
+    for (int d = 0; d < layout.n_devices; ++d) {
+      JAXMG_RETURN_IF_ERROR(
+          PeerCopy(ctx, 0, rhs.stage + d * rows * k, 0, rhs.b[d], d, rows * k));
+    }
+    b_rows = rhs.stage;
+  }
+  if (k > 0) JAXMG_RETURN_IF_ERROR(Transpose(ctx, b_rows, k, n, conj, rhs.columns));
+  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeLanes());
+  for (int64_t c0 = 0; !failed && c0 < k; c0 += layout.tile) {
+    JAXMG_RETURN_IF_ERROR(solve_chunk(rhs.columns + c0 * n, std::min(layout.tile, k - c0)));
+  }
+  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
+  if (!failed && k > 0) {
+    JAXMG_RETURN_IF_ERROR(Transpose(ctx, rhs.columns, n, k, conj, rhs.stage));
+    JAXMG_RETURN_IF_ERROR(ctx.SynchronizeLanes());
+  }
+  for (int d = 0; d < layout.n_devices; ++d) {
+    if (failed) {
+      JAXMG_RETURN_IF_ERROR(FillNaN(ctx, d, rhs.x[d], rows * k));
+    } else {
+      const T* src = rhs.stage + (rhs.sharded ? d * rows * k : 0);
+      JAXMG_RETURN_IF_ERROR(PeerCopy(ctx, d, rhs.x[d], d, src, 0, rows * k));
+    }
+  }
+  return ctx.SynchronizeLanes();
+}
+
+// cuSOLVERMg wants a pointer per device for B; only the first is read when
+// B's columns fit one tile, the others point at valid scratch.
+template <typename T>
+std::vector<void*> ChunkPointers(const std::vector<Shard<T>>& a, T* columns) {
+  std::vector<void*> ptrs = Pointers(a, &Shard<T>::spare);
+  ptrs[0] = columns;
+  return ptrs;
+}
+
 }  // namespace
 
 template <typename T>
@@ -185,6 +384,35 @@ Status WorkspaceElements(Context& ctx, Routine routine, const ColumnLayout& layo
             desc, dummy.data(), 1, 1, desc_b, kType<T>, &more));
       }
       break;
+    case Routine::kPotrf:
+      JAXMG_CUSOLVER(api.cusolverMgPotrf_bufferSize(ctx.handle(), CUBLAS_FILL_MODE_LOWER, n,
+                                                    dummy.data(), 1, 1, desc, kType<T>, &lwork));
+      break;
+    case Routine::kCholSolve:
+      if (nrhs > 0) {
+        cudaLibMgMatrixDesc_t desc_b;
+        JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, nrhs, layout.tile, kType<T>, &desc_b));
+        JAXMG_CUSOLVER(api.cusolverMgPotrs_bufferSize(
+            ctx.handle(), CUBLAS_FILL_MODE_LOWER, n, static_cast<int>(nrhs), dummy.data(), 1, 1,
+            desc, dummy.data(), 1, 1, desc_b, kType<T>, &lwork));
+      }
+      break;
+    case Routine::kGetrf: {
+      std::vector<int*> piv(layout.n_devices, static_cast<int*>(any_buffer));
+      JAXMG_CUSOLVER(api.cusolverMgGetrf_bufferSize(ctx.handle(), n, n, dummy.data(), 1, 1, desc,
+                                                    piv.data(), kType<T>, &lwork));
+      break;
+    }
+    case Routine::kGetrs:
+      if (nrhs > 0) {
+        std::vector<int*> piv(layout.n_devices, static_cast<int*>(any_buffer));
+        cudaLibMgMatrixDesc_t desc_b;
+        JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, nrhs, layout.tile, kType<T>, &desc_b));
+        JAXMG_CUSOLVER(api.cusolverMgGetrs_bufferSize(
+            ctx.handle(), CUBLAS_OP_N, n, static_cast<int>(nrhs), dummy.data(), 1, 1, desc,
+            piv.data(), dummy.data(), 1, 1, desc_b, kType<T>, &lwork));
+      }
+      break;
     case Routine::kSyevd:
     case Routine::kSyevdValues: {
       std::vector<Real<T>> w(n);
@@ -203,62 +431,132 @@ Status WorkspaceElements(Context& ctx, Routine routine, const ColumnLayout& layo
 template <typename T>
 Status Potrs(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& a,
              const Rhs<T>& rhs, int32_t* info) {
-  const cuda::Api& api = cuda::api();
   const int n = static_cast<int>(layout.n_cols);
-  const int64_t k = rhs.k;
-  const int64_t rows = rhs.sharded ? layout.n_cols / layout.n_devices : layout.n_cols;
   JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToBlockCyclic));
-
-  // B's blocks -> one row-major N x k on participant 0 -> column-major conj(B).
-  const T* b_rows = rhs.b[0];
-  if (rhs.sharded) {
-    for (int d = 0; d < layout.n_devices; ++d) {
-      JAXMG_RETURN_IF_ERROR(
-          PeerCopy(ctx, 0, rhs.stage + d * rows * k, 0, rhs.b[d], d, rows * k));
-    }
-    b_rows = rhs.stage;
-  }
-  if (k > 0) JAXMG_RETURN_IF_ERROR(ConjTranspose(ctx, b_rows, k, n, rhs.columns));
-  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeLanes());
-
   cudaLibMgMatrixDesc_t desc;
   JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, n, layout.tile, kType<T>, &desc));
   std::vector<void*> a_ptrs = Pointers(a, &Shard<T>::a);
   std::vector<void*> work = Pointers(a, &Shard<T>::work);
   int64_t lwork = 0;
-  JAXMG_RETURN_IF_ERROR(
-      WorkspaceElements<T>(ctx, Routine::kPotrs, layout, std::min(k, layout.tile), a[0].a, &lwork));
+  JAXMG_RETURN_IF_ERROR(WorkspaceElements<T>(ctx, Routine::kPotrs, layout,
+                                             std::min(rhs.k, layout.tile), a[0].a, &lwork));
   int h_info = 0;
   JAXMG_RETURN_IF_ERROR(Factor<T>(ctx, n, a_ptrs, desc, work, lwork, &h_info));
-  // Right-hand sides go in chunks of at most one tile, so each chunk lives
-  // wholly on the first device of the grid.
-  for (int64_t c0 = 0; h_info == 0 && c0 < k; c0 += layout.tile) {
-    const int64_t kc = std::min(layout.tile, k - c0);
-    cudaLibMgMatrixDesc_t desc_b;
-    JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, kc, layout.tile, kType<T>, &desc_b));
-    std::vector<void*> b_ptrs = Pointers(a, &Shard<T>::spare);
-    b_ptrs[0] = rhs.columns + c0 * n;
-    JAXMG_CUSOLVER(api.cusolverMgPotrs(ctx.handle(), CUBLAS_FILL_MODE_LOWER, n,
-                                       static_cast<int>(kc), a_ptrs.data(), 1, 1, desc,
-                                       b_ptrs.data(), 1, 1, desc_b, kType<T>, work.data(), lwork,
-                                       &h_info));
-  }
   *info = h_info;
-  JAXMG_RETURN_IF_ERROR(ctx.SynchronizeDevices());
+  const bool failed = h_info != 0;
+  return SolveStaged(
+      ctx, layout, rhs, /*conj=*/true,
+      [&](T* columns, int64_t kc) -> Status {
+        cudaLibMgMatrixDesc_t desc_b;
+        JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, kc, layout.tile, kType<T>, &desc_b));
+        std::vector<void*> b_ptrs = ChunkPointers(a, columns);
+        int chunk_info = 0;
+        JAXMG_CUSOLVER(cuda::api().cusolverMgPotrs(
+            ctx.handle(), CUBLAS_FILL_MODE_LOWER, n, static_cast<int>(kc), a_ptrs.data(), 1, 1,
+            desc, b_ptrs.data(), 1, 1, desc_b, kType<T>, work.data(), lwork, &chunk_info));
+        if (chunk_info < 0) return Errorf("jaxmg: cusolverMgPotrs rejected argument ", -chunk_info);
+        return Status::Ok();
+      },
+      failed);
+}
 
-  if (h_info == 0 && k > 0) {
-    JAXMG_RETURN_IF_ERROR(ConjTranspose(ctx, rhs.columns, n, k, rhs.stage));
-    JAXMG_RETURN_IF_ERROR(ctx.SynchronizeLanes());
-  }
-  for (int d = 0; d < layout.n_devices; ++d) {
-    if (h_info != 0) {
-      JAXMG_RETURN_IF_ERROR(FillNaN(ctx, d, rhs.x[d], rows * k));
-    } else {
-      const T* src = rhs.stage + (rhs.sharded ? d * rows * k : 0);
-      JAXMG_RETURN_IF_ERROR(PeerCopy(ctx, d, rhs.x[d], d, src, 0, rows * k));
-    }
-  }
-  return ctx.SynchronizeLanes();
+template <typename T>
+Status Potrf(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& a,
+             int32_t* info) {
+  const int n = static_cast<int>(layout.n_cols);
+  JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToBlockCyclic));
+  cudaLibMgMatrixDesc_t desc;
+  JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, n, layout.tile, kType<T>, &desc));
+  std::vector<void*> a_ptrs = Pointers(a, &Shard<T>::a);
+  std::vector<void*> work = Pointers(a, &Shard<T>::work);
+  int64_t lwork = 0;
+  JAXMG_RETURN_IF_ERROR(WorkspaceElements<T>(ctx, Routine::kPotrf, layout, 0, a[0].a, &lwork));
+  int h_info = 0;
+  JAXMG_RETURN_IF_ERROR(Factor<T>(ctx, n, a_ptrs, desc, work, lwork, &h_info));
+  *info = h_info;
+  return ctx.SynchronizeDevices();
+}
+
+template <typename T>
+Status CholSolve(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& factor,
+                 const Rhs<T>& rhs) {
+  const int n = static_cast<int>(layout.n_cols);
+  cudaLibMgMatrixDesc_t desc;
+  JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, n, layout.tile, kType<T>, &desc));
+  std::vector<void*> a_ptrs = Pointers(factor, &Shard<T>::a);
+  std::vector<void*> work = Pointers(factor, &Shard<T>::work);
+  int64_t lwork = 0;
+  JAXMG_RETURN_IF_ERROR(WorkspaceElements<T>(ctx, Routine::kCholSolve, layout,
+                                             std::min(rhs.k, layout.tile), factor[0].a, &lwork));
+  const bool failed = false;
+  return SolveStaged(
+      ctx, layout, rhs, /*conj=*/true,
+      [&](T* columns, int64_t kc) -> Status {
+        cudaLibMgMatrixDesc_t desc_b;
+        JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, kc, layout.tile, kType<T>, &desc_b));
+        std::vector<void*> b_ptrs = ChunkPointers(factor, columns);
+        int h_info = 0;
+        JAXMG_CUSOLVER(cuda::api().cusolverMgPotrs(
+            ctx.handle(), CUBLAS_FILL_MODE_LOWER, n, static_cast<int>(kc), a_ptrs.data(), 1, 1,
+            desc, b_ptrs.data(), 1, 1, desc_b, kType<T>, work.data(), lwork, &h_info));
+        if (h_info < 0) return Errorf("jaxmg: cusolverMgPotrs rejected argument ", -h_info);
+        return Status::Ok();
+      },
+      failed);
+}
+
+template <typename T>
+Status Getrf(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& a,
+             const std::vector<int32_t*>& piv, int32_t* info) {
+  const int n = static_cast<int>(layout.n_cols);
+  JAXMG_RETURN_IF_ERROR(Convert(ctx, layout, a, Direction::kToBlockCyclic));
+  cudaLibMgMatrixDesc_t desc;
+  JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, n, layout.tile, kType<T>, &desc));
+  std::vector<void*> a_ptrs = Pointers(a, &Shard<T>::a);
+  std::vector<void*> work = Pointers(a, &Shard<T>::work);
+  std::vector<int*> piv_ptrs = PivotPointers(piv);
+  int64_t lwork = 0;
+  JAXMG_RETURN_IF_ERROR(WorkspaceElements<T>(ctx, Routine::kGetrf, layout, 0, a[0].a, &lwork));
+  int h_info = 0;
+  JAXMG_RETURN_IF_ERROR(LuFactor<T>(ctx, n, a_ptrs, desc, piv_ptrs, work, lwork, &h_info));
+  *info = h_info;
+  return ctx.SynchronizeDevices();
+}
+
+template <typename T>
+Status Getrs(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& factor,
+             const std::vector<int32_t*>& piv, cublasOperation_t op, bool conj,
+             const Rhs<T>& rhs) {
+  const int n = static_cast<int>(layout.n_cols);
+  cudaLibMgMatrixDesc_t desc;
+  JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, n, layout.tile, kType<T>, &desc));
+  std::vector<void*> a_ptrs = Pointers(factor, &Shard<T>::a);
+  std::vector<void*> work = Pointers(factor, &Shard<T>::work);
+  std::vector<int*> piv_ptrs = PivotPointers(piv);
+  int64_t lwork = 0;
+  JAXMG_RETURN_IF_ERROR(WorkspaceElements<T>(ctx, Routine::kGetrs, layout,
+                                             std::min(rhs.k, layout.tile), factor[0].a, &lwork));
+  const bool failed = false;
+  std::vector<int32_t> host_pivots;
+  if (op != CUBLAS_OP_N) JAXMG_RETURN_IF_ERROR(HostPivots(ctx, layout, piv, &host_pivots));
+  return SolveStaged(
+      ctx, layout, rhs, conj,
+      [&](T* columns, int64_t kc) -> Status {
+        if (op != CUBLAS_OP_N) {
+          return TransposedLuSolve(ctx, layout, factor, host_pivots, columns, kc);
+        }
+        cudaLibMgMatrixDesc_t desc_b;
+        JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, kc, layout.tile, kType<T>, &desc_b));
+        std::vector<void*> b_ptrs = ChunkPointers(factor, columns);
+        int h_info = 0;
+        JAXMG_CUSOLVER(cuda::api().cusolverMgGetrs(
+            ctx.handle(), op, n, static_cast<int>(kc), a_ptrs.data(), 1, 1, desc,
+            piv_ptrs.data(), b_ptrs.data(), 1, 1, desc_b, kType<T>, work.data(), lwork,
+            &h_info));
+        if (h_info < 0) return Errorf("jaxmg: cusolverMgGetrs rejected argument ", -h_info);
+        return Status::Ok();
+      },
+      failed);
 }
 
 template <typename T>
@@ -323,6 +621,15 @@ Status Syevd(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
                            const Rhs<T>&, int32_t*);                                         \
   template Status Potri<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,      \
                            int32_t*);                                                        \
+  template Status Potrf<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,      \
+                           int32_t*);                                                        \
+  template Status CholSolve<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,  \
+                               const Rhs<T>&);                                               \
+  template Status Getrf<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,      \
+                           const std::vector<int32_t*>&, int32_t*);                          \
+  template Status Getrs<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,      \
+                           const std::vector<int32_t*>&, cublasOperation_t, bool,            \
+                           const Rhs<T>&);                                                   \
   template Status Syevd<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&, bool, \
                            Real<T>*, int32_t*);
 JAXMG_INSTANTIATE(float)

@@ -36,7 +36,7 @@ struct Rhs {
   T* columns = nullptr;     // N * k elements on participant 0's device
 };
 
-enum class Routine { kPotrs, kPotri, kSyevd, kSyevdValues };
+enum class Routine { kPotrs, kPotri, kSyevd, kSyevdValues, kPotrf, kCholSolve, kGetrf, kGetrs };
 
 // Workspace (elements of T per device) that `routine` needs for this layout;
 // nrhs is the largest number of right-hand sides solved at once (potrs);
@@ -50,6 +50,30 @@ Status WorkspaceElements(Context& ctx, Routine routine, const layout::ColumnLayo
 template <typename T>
 Status Potrs(Context& ctx, const layout::ColumnLayout& layout, const std::vector<Shard<T>>& a,
              const Rhs<T>& rhs, int32_t* info);
+
+// Cholesky factor alone, kept block-cyclic in A's blocks.
+template <typename T>
+Status Potrf(Context& ctx, const layout::ColumnLayout& layout, const std::vector<Shard<T>>& a,
+             int32_t* info);
+
+// Solves with a factor from Potrf (a[d].a holds it; it is only read).
+template <typename T>
+Status CholSolve(Context& ctx, const layout::ColumnLayout& layout,
+                 const std::vector<Shard<T>>& factor, const Rhs<T>& rhs);
+
+// LU with partial pivoting in place; piv[d] receives participant d's N/n
+// pivots (its tiles' columns, local order), info > 0 for an exact zero pivot.
+template <typename T>
+Status Getrf(Context& ctx, const layout::ColumnLayout& layout, const std::vector<Shard<T>>& a,
+             const std::vector<int32_t*>& piv, int32_t* info);
+
+// Solves op(M) X = B (conj: conj(M) X = B) with M's factor from Getrf; op is
+// CUBLAS_OP_N (cusolverMgGetrs) or CUBLAS_OP_T (jaxmg's own triangular solves
+// over the tiles: cusolverMgGetrs accepts only CUBLAS_OP_N).
+template <typename T>
+Status Getrs(Context& ctx, const layout::ColumnLayout& layout,
+             const std::vector<Shard<T>>& factor, const std::vector<int32_t*>& piv,
+             cublasOperation_t op, bool conj, const Rhs<T>& rhs);
 
 // Lower triangle of the inverse, converted back to column blocks (NaN on failure).
 template <typename T>

@@ -1,0 +1,412 @@
+"""The public API in jax.scipy.linalg / jnp.linalg terms: solves, inverses,
+log-determinants and eigendecompositions of a row-sharded matrix, with
+forward and reverse derivatives, vmap, and factor reuse.
+
+Derivatives never gather A: solves go through `lax.custom_linear_solve`, so
+the tangent and cotangent solves reuse the sharded factor through jaxmg
+calls; log-determinants, inverses and eigendecompositions have JVP rules
+built from matrix products XLA shards."""
+
+from __future__ import annotations
+
+import functools
+import typing
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.experimental import checkify
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import dispatch, distribution as dist, factors, potri as potri_mod
+from jaxmg._src import syevd as syevd_mod
+from jaxmg._src.factors import CholeskyFactor, Layout, LUFactor
+
+ON_FAILURE = ("nan", "raise", "checkify")
+
+
+class LinAlgError(ArithmeticError):
+    """A factorisation failed (matrix not positive definite, or singular)."""
+
+
+class EighResult(typing.NamedTuple):
+    eigenvalues: jax.Array
+    eigenvectors: jax.Array
+
+
+class SlogdetResult(typing.NamedTuple):
+    sign: jax.Array
+    logabsdet: jax.Array
+
+
+# --------------------------------------------------------------------------
+# Arguments and failure reporting
+# --------------------------------------------------------------------------
+
+
+def _layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layout:
+    dist.check_rank2(a, "a")
+    dist.check_dtype(a, "a")
+    tile = dist.check_tile(tile_size)
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    if placement.manual:
+        raise ValueError(
+            f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block; inside "
+            "shard_map use jaxmg.potrs, jaxmg.potri or jaxmg.syevd on the blocks"
+        )
+    n = dist.check_square(a, placement, "a")
+    engine = dispatch.choose(routine, n, placement, backend)
+    return Layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
+
+
+def _check_on_failure(on_failure):
+    if on_failure not in ON_FAILURE:
+        raise ValueError(f"jaxmg: on_failure must be one of {ON_FAILURE}, got {on_failure!r}")
+
+
+def _raise_if_failed(info, message):
+    if int(info) != 0:
+        raise LinAlgError(f"{message} (info={int(info)})")
+
+
+def report(info, on_failure: str, message: str):
+    """Acts on a factorisation's info: "nan" leaves the NaN results alone,
+    "raise" raises LinAlgError (at once for concrete values; from inside a
+    compiled program otherwise), "checkify" records a checkify error."""
+    _check_on_failure(on_failure)
+    if on_failure == "nan":
+        return
+    if on_failure == "checkify":
+        checkify.check(info == 0, message + " (info={info})", info=info)
+        return
+    if isinstance(info, jax.core.Tracer):
+        jax.debug.callback(functools.partial(_raise_if_failed, message=message), info)
+    else:
+        _raise_if_failed(info, message)
+
+
+_NOT_SPD = "jaxmg: the matrix is not positive definite"
+_SINGULAR = "jaxmg: the matrix is singular"
+
+
+def _no_grad_factor(f):
+    """The factor's arrays without derivatives: only `a` carries them."""
+    if isinstance(f, CholeskyFactor):
+        return CholeskyFactor(
+            jax.lax.stop_gradient(f.factor), None, jax.lax.stop_gradient(f.info), f.layout
+        )
+    return LUFactor(
+        jax.lax.stop_gradient(f.lu), jax.lax.stop_gradient(f.piv), None,
+        jax.lax.stop_gradient(f.info), f.layout,
+    )
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
+def _keep_rows_sharded(a, layout: Layout):
+    return a
+
+
+def _keep_fwd(a, layout):
+    return a, None
+
+
+def _keep_bwd(layout, _, g):
+    # A's cotangent (an outer product) stays row-sharded like A.
+    return (dist.constrain(g, layout.placement, layout.row_spec),)
+
+
+_keep_rows_sharded.defvjp(_keep_fwd, _keep_bwd)
+
+
+def _matvec(a, layout: Layout, b, trans=0):
+    """x -> op(a) @ x (op as lu_solve's trans), typed like b. Under explicit
+    sharding a local product per row block (no ambiguous contraction for
+    the transposes to resolve), whose result is resharded like b."""
+    placement = layout.placement
+    spec = getattr(jax.typeof(b).sharding, "spec", None)
+    if not dist.is_explicit(placement) or spec is None:
+        return lambda x: _op(a, trans) @ x
+    if layout.n % placement.n_devices:  # explicit and uneven: all replicated
+        return lambda x: dist.constrain(_op(a, trans) @ x, placement, spec)
+    axis = placement.axis
+    rows = P(axis, None) if b.ndim == 2 else P(axis)
+    if trans == 0:
+        body, in_specs, out_specs = (lambda ab, xb: ab @ xb), (layout.row_spec, P()), rows
+    else:
+        def body(ab, xb):
+            return jax.lax.psum(_op(ab, trans) @ xb, axis)
+
+        in_specs, out_specs = (layout.row_spec, rows), P()
+    product = jax.shard_map(body, mesh=placement.mesh, in_specs=in_specs, out_specs=out_specs)
+
+    def matvec(x):
+        x = dist.constrain(x, placement, in_specs[1])
+        a_rows = dist.constrain(a, placement, layout.row_spec)
+        return dist.constrain(product(a_rows, x), placement, spec)
+
+    return matvec
+
+
+def _eye(layout: Layout, dtype):
+    return dist.constrain(jnp.eye(layout.n, dtype=dtype), layout.placement, layout.row_spec)
+
+
+# --------------------------------------------------------------------------
+# Cholesky
+# --------------------------------------------------------------------------
+
+
+def cho_factor(
+    a, *, tile_size=None, mesh=None, spec=None, backend="auto", donate=False, on_failure="nan"
+) -> CholeskyFactor:
+    """Cholesky factor of a symmetric/Hermitian positive-definite matrix, kept
+    sharded in solver layout for :func:`cho_solve` and :func:`cho_logdet`.
+
+    a: (N, N), rows sharded ``P(axis, None)``; only one triangle is read.
+    donate: reuse a's buffer for the factor (a is deleted; no derivatives
+    with respect to a then). Other arguments as for :func:`jaxmg.potrs`.
+    """
+    _check_on_failure(on_failure)
+    layout = _layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
+    f = factors.cholesky(a, layout, donate=donate)
+    report(f.info, on_failure, _NOT_SPD)
+    return f
+
+
+def cho_solve(c_and_a: CholeskyFactor, b):
+    """Solves A X = B with the factor from :func:`cho_factor`. b: (N,) or (N, K),
+    replicated or row-sharded like A; X comes back in b's layout. Derivatives
+    flow to b and (through the factor) to A."""
+    f = c_and_a
+    if not isinstance(f, CholeskyFactor):
+        raise TypeError("jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns")
+    b = factors._as_matrix(b, f.layout)
+    plain = _no_grad_factor(f)
+    b_sharded = factors.is_row_sharded(b, f.layout.placement)
+
+    def solve(_, r):
+        return factors.cho_solve(plain, r, b_sharded)
+
+    if f.a is None:
+        return solve(None, b)
+    matvec = _matvec(_keep_rows_sharded(f.a, f.layout), f.layout, b)
+    if jnp.iscomplexobj(b):
+        transpose_solve = lambda _, r: jnp.conj(solve(None, jnp.conj(r)))  # noqa: E731
+        return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
+    return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _spd_logdet(layout, a, factor, info):
+    return factors.cholesky_logdet(factor, info, layout=layout)
+
+
+@_spd_logdet.defjvp
+def _spd_logdet_jvp(layout, primals, tangents):
+    a, factor, info = primals
+    da = tangents[0]
+    y = _spd_logdet(layout, a, factor, info)
+    f = CholeskyFactor(factor, None, info, layout)
+    inverse = factors.cho_solve(f, _eye(layout, a.dtype), b_sharded=True)
+    # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
+    return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))
+
+
+def cho_logdet(c_and_a: CholeskyFactor):
+    """log det A from :func:`cho_factor`'s result (real; NaN if A is not
+    positive definite). Differentiable with respect to A."""
+    f = c_and_a
+    plain = _no_grad_factor(f)
+    if f.a is None:
+        return factors.cholesky_logdet(plain.factor, plain.info, layout=f.layout)
+    return _spd_logdet(f.layout, f.a, plain.factor, plain.info)
+
+
+# --------------------------------------------------------------------------
+# LU
+# --------------------------------------------------------------------------
+
+
+def lu_factor(
+    a, *, tile_size=None, mesh=None, spec=None, backend="auto", donate=False, on_failure="nan"
+) -> LUFactor:
+    """LU factorisation with partial pivoting, kept sharded in solver layout
+    for :func:`lu_solve` and :func:`slogdet`. Arguments as for :func:`cho_factor`."""
+    _check_on_failure(on_failure)
+    layout = _layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
+    f = factors.lu(a, layout, donate=donate)
+    report(f.info, on_failure, _SINGULAR)
+    return f
+
+
+def _op(a, trans):
+    return a if trans == 0 else (a.T if trans == 1 else jnp.conj(a).T)
+
+
+def lu_solve(lu_and_piv: LUFactor, b, trans=0):
+    """Solves op(A) X = B, op(A) = A, A^T or A^H for trans = 0, 1, 2, with the
+    factor from :func:`lu_factor`. Differentiable with respect to b and A."""
+    f = lu_and_piv
+    if not isinstance(f, LUFactor):
+        raise TypeError("jaxmg.lu_solve takes the LUFactor that jaxmg.lu_factor returns")
+    if trans not in (0, 1, 2):
+        raise ValueError(f"jaxmg: trans must be 0 (A), 1 (A^T) or 2 (A^H), got {trans!r}")
+    b = factors._as_matrix(b, f.layout)
+    plain = _no_grad_factor(f)
+    b_sharded = factors.is_row_sharded(b, f.layout.placement)
+
+    def solve(_, r):
+        return factors.lu_solve(plain, r, trans, b_sharded)
+
+    def transpose_solve(_, r):
+        # The transpose of op(A): A^T for A, A for A^T, conj(A) for A^H.
+        if trans == 2:
+            return jnp.conj(factors.lu_solve(plain, jnp.conj(r), 0, b_sharded))
+        return factors.lu_solve(plain, r, 1 - trans, b_sharded)
+
+    if f.a is None:
+        return solve(None, b)
+    a = _keep_rows_sharded(f.a, f.layout)
+    matvec = _matvec(a, f.layout, b, trans)
+    return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _lu_slogdet(layout, a, lu_, piv, info):
+    return factors.lu_slogdet(lu_, piv, info, layout=layout)
+
+
+@_lu_slogdet.defjvp
+def _lu_slogdet_jvp(layout, primals, tangents):
+    a, lu_, piv, info = primals
+    da = tangents[0]
+    sign, logabsdet = _lu_slogdet(layout, a, lu_, piv, info)
+    f = LUFactor(lu_, piv, None, info, layout)
+    inverse_t = factors.lu_solve(f, _eye(layout, a.dtype), 1, b_sharded=True)
+    trace = jnp.sum(inverse_t * da)  # tr(A^-1 dA)
+    if jnp.iscomplexobj(a):
+        return (sign, logabsdet), (sign * 1j * jnp.imag(trace), jnp.real(trace))
+    return (sign, logabsdet), (jnp.zeros_like(sign), trace)
+
+
+# --------------------------------------------------------------------------
+# scipy / numpy-style entry points
+# --------------------------------------------------------------------------
+
+
+def solve(
+    a, b, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
+    on_failure="nan",
+):
+    """x with a @ x = b, like ``jax.scipy.linalg.solve``. assume_a: "pos"
+    (symmetric/Hermitian positive definite: Cholesky) or "gen", "sym", "her"
+    (LU with partial pivoting). x is NaN where the factorisation failed."""
+    if assume_a == "pos":
+        f = cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
+                       on_failure=on_failure)
+        return cho_solve(f, b)
+    if assume_a not in ("gen", "sym", "her"):
+        raise ValueError(f"jaxmg: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}")
+    f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
+                  on_failure=on_failure)
+    return lu_solve(f, b)
+
+
+def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto"):
+    """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky."""
+    if assume_a == "pos":
+        f = cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
+        logdet = cho_logdet(f)
+        return SlogdetResult(jnp.ones((), a.dtype), logdet)
+    f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
+    plain = _no_grad_factor(f)
+    return SlogdetResult(*_lu_slogdet(f.layout, a, plain.lu, plain.piv, plain.info))
+
+
+def inv(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
+        on_failure="nan"):
+    """a's inverse like ``jnp.linalg.inv``, row-sharded like a. "pos": the
+    Cholesky-based inverse (jaxmg.potri); otherwise LU solves against I."""
+    if assume_a == "pos":
+        return spd_inverse(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
+                           on_failure=on_failure)
+    f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
+                  on_failure=on_failure)
+    return lu_solve(f, _eye(f.layout, a.dtype))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _spd_inverse(config, a):
+    placement, tile, engine = config
+    return potri_mod.run(a, placement=placement, tile=tile, engine=engine)
+
+
+@_spd_inverse.defjvp
+def _spd_inverse_jvp(config, primals, tangents):
+    (a,), (da,) = primals, tangents
+    y, info = _spd_inverse(config, a)
+    return (y, info), (-(y @ da @ y), np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan",
+                return_info=False):
+    layout = _layout(a, "potri", tile_size, mesh, spec, backend, "inv")
+    y, info = _spd_inverse((layout.placement, dist.check_tile(tile_size), layout.engine), a)
+    report(info, on_failure, _NOT_SPD)
+    return (y, info) if return_info else y
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _eigh(config, a):
+    placement, tile, engine = config
+    w, v, info = syevd_mod.run(a, placement=placement, tile=tile, vectors=True, engine=engine)
+    return w, v, info
+
+
+@_eigh.defjvp
+def _eigh_jvp(config, primals, tangents):
+    # The standard eigenvector derivative, as jnp.linalg.eigh differentiates
+    # (degenerate eigenvalues give the same non-finite terms there).
+    (a,), (da,) = primals, tangents
+    w, v, info = _eigh(config, a)
+    da = (da + jnp.conj(da).T) / 2
+    vdag_da_v = jnp.conj(v).T @ da @ v
+    eye = jnp.eye(w.shape[0], dtype=w.dtype)
+    f = 1 / (eye + w[None, :] - w[:, None]) - eye
+    dw = jnp.real(jnp.diagonal(vdag_da_v))
+    dv = v @ (f.astype(v.dtype) * vdag_da_v)
+    return (w, v, info), (dw, dv, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+def _eigh_config(a, tile_size, mesh, spec, backend):
+    layout = _layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
+    return (layout.placement, dist.check_tile(tile_size), layout.engine)
+
+
+def eigh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    """(eigenvalues ascending, eigenvectors as columns) like
+    ``jnp.linalg.eigh``; the vectors are column-sharded, ``P(None, axis)``."""
+    w, v, info = _eigh(_eigh_config(a, tile_size, mesh, spec, backend), a)
+    report(info, on_failure, "jaxmg: the eigensolver did not converge")
+    return EighResult(w, v)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _eigvalsh(config, a):
+    placement, tile, engine = config
+    w, _, info = syevd_mod.run(a, placement=placement, tile=tile, vectors=False, engine=engine)
+    return w, info
+
+
+@_eigvalsh.defjvp
+def _eigvalsh_jvp(config, primals, tangents):
+    (w, _, info), (dw, _, _) = jax.jvp(functools.partial(_eigh, config), primals, tangents)
+    return (w, info), (dw, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+def eigvalsh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    """Eigenvalues in ascending order, like ``jnp.linalg.eigvalsh`` (the
+    eigenvectors are computed only when differentiating)."""
+    w, info = _eigvalsh(_eigh_config(a, tile_size, mesh, spec, backend), a)
+    report(info, on_failure, "jaxmg: the eigensolver did not converge")
+    return w
