@@ -16,7 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.experimental import checkify
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg._src import dispatch, distribution as dist, factors, potri as potri_mod
 from jaxmg._src import syevd as syevd_mod
@@ -57,6 +57,11 @@ def _layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layou
     n = dist.check_square(a, placement, "a")
     engine = dispatch.choose(routine, n, placement, backend)
     return Layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
+
+
+def _check_assume_a(assume_a):
+    if assume_a not in ("gen", "sym", "her", "pos"):
+        raise ValueError(f"jaxmg: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}")
 
 
 def _check_on_failure(on_failure):
@@ -101,21 +106,25 @@ def _no_grad_factor(f):
     )
 
 
-@functools.partial(jax.custom_vjp, nondiff_argnums=(1,))
 def _keep_rows_sharded(a, layout: Layout):
-    return a
+    """a, constrained row-sharded: a sharding constraint transposes to the
+    same constraint, so A's cotangent (an outer product) stays sharded too."""
+    return dist.constrain_result(a, layout.placement, layout.row_spec)
 
 
-def _keep_fwd(a, layout):
-    return a, None
+def _mm(x, y, placement: dist.Placement, spec, n: int):
+    """x @ y with its result sharded as `spec` (explicit sharding needs the
+    output named where both contracted dimensions are sharded)."""
+    if dist.is_explicit(placement):
+        if n % placement.n_devices:
+            spec = P()
+        return jnp.matmul(x, y, out_sharding=NamedSharding(placement.mesh, spec))
+    return dist.constrain(x @ y, placement, spec)
 
 
-def _keep_bwd(layout, _, g):
-    # A's cotangent (an outer product) stays row-sharded like A.
-    return (dist.constrain(g, layout.placement, layout.row_spec),)
-
-
-_keep_rows_sharded.defvjp(_keep_fwd, _keep_bwd)
+def _hermitian_part(x, placement: dist.Placement, n: int):
+    rows = P(placement.axis, None)
+    return (x + dist.constrain_result(jnp.conj(x).T, placement, rows)) / 2
 
 
 def _matvec(a, layout: Layout, b, trans=0):
@@ -148,7 +157,12 @@ def _matvec(a, layout: Layout, b, trans=0):
 
 
 def _eye(layout: Layout, dtype):
-    return dist.constrain(jnp.eye(layout.n, dtype=dtype), layout.placement, layout.row_spec)
+    """The identity, row-sharded where the devices can split N evenly (explicit
+    sharding allows no uneven shards), and whether it is."""
+    placement = layout.placement
+    sharded = not (dist.is_explicit(placement) and layout.n % placement.n_devices)
+    eye = jnp.eye(layout.n, dtype=dtype)
+    return dist.constrain(eye, placement, layout.row_spec if sharded else P()), sharded
 
 
 # --------------------------------------------------------------------------
@@ -181,8 +195,11 @@ def cho_solve(c_and_a: CholeskyFactor, b):
     if not isinstance(f, CholeskyFactor):
         raise TypeError("jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns")
     b = factors._as_matrix(b, f.layout)
+    return _cho_solve(f, b, b_sharded=factors.is_row_sharded(b, f.layout.placement))
+
+
+def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool):
     plain = _no_grad_factor(f)
-    b_sharded = factors.is_row_sharded(b, f.layout.placement)
 
     def solve(_, r):
         return factors.cho_solve(plain, r, b_sharded)
@@ -196,6 +213,16 @@ def cho_solve(c_and_a: CholeskyFactor, b):
     return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
 
 
+def _solve_pos_core(a, b, layout: Layout, b_sharded: bool):
+    f = factors.cholesky(a, layout)
+    return _cho_solve_core(f, b, b_sharded), f.info
+
+
+# One compiled program per call site and shapes: an eager call costs one dispatch.
+_cho_solve = jax.jit(_cho_solve_core, static_argnames=("b_sharded",))
+solve_pos = jax.jit(_solve_pos_core, static_argnames=("layout", "b_sharded"))
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _spd_logdet(layout, a, factor, info):
     return factors.cholesky_logdet(factor, info, layout=layout)
@@ -206,8 +233,10 @@ def _spd_logdet_jvp(layout, primals, tangents):
     a, factor, info = primals
     da = tangents[0]
     y = _spd_logdet(layout, a, factor, info)
-    f = CholeskyFactor(factor, None, info, layout)
-    inverse = factors.cho_solve(f, _eye(layout, a.dtype), b_sharded=True)
+    # The inverse through the differentiable solve, so derivatives of this
+    # rule (second order) are right too.
+    eye, sharded = _eye(layout, a.dtype)
+    inverse = _cho_solve_core(CholeskyFactor(factor, a, info, layout), eye, sharded)
     # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
     return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))
 
@@ -252,8 +281,11 @@ def lu_solve(lu_and_piv: LUFactor, b, trans=0):
     if trans not in (0, 1, 2):
         raise ValueError(f"jaxmg: trans must be 0 (A), 1 (A^T) or 2 (A^H), got {trans!r}")
     b = factors._as_matrix(b, f.layout)
+    return _lu_solve(f, b, trans=trans, b_sharded=factors.is_row_sharded(b, f.layout.placement))
+
+
+def _lu_solve_core(f: LUFactor, b, trans: int, b_sharded: bool):
     plain = _no_grad_factor(f)
-    b_sharded = factors.is_row_sharded(b, f.layout.placement)
 
     def solve(_, r):
         return factors.lu_solve(plain, r, trans, b_sharded)
@@ -271,6 +303,15 @@ def lu_solve(lu_and_piv: LUFactor, b, trans=0):
     return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
 
 
+def _solve_gen_core(a, b, layout: Layout, b_sharded: bool):
+    f = factors.lu(a, layout)
+    return _lu_solve_core(f, b, 0, b_sharded), f.info
+
+
+_lu_solve = jax.jit(_lu_solve_core, static_argnames=("trans", "b_sharded"))
+_solve_gen = jax.jit(_solve_gen_core, static_argnames=("layout", "b_sharded"))
+
+
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _lu_slogdet(layout, a, lu_, piv, info):
     return factors.lu_slogdet(lu_, piv, info, layout=layout)
@@ -281,8 +322,8 @@ def _lu_slogdet_jvp(layout, primals, tangents):
     a, lu_, piv, info = primals
     da = tangents[0]
     sign, logabsdet = _lu_slogdet(layout, a, lu_, piv, info)
-    f = LUFactor(lu_, piv, None, info, layout)
-    inverse_t = factors.lu_solve(f, _eye(layout, a.dtype), 1, b_sharded=True)
+    eye, sharded = _eye(layout, a.dtype)
+    inverse_t = _lu_solve_core(LUFactor(lu_, piv, a, info, layout), eye, 1, sharded)
     trace = jnp.sum(inverse_t * da)  # tr(A^-1 dA)
     if jnp.iscomplexobj(a):
         return (sign, logabsdet), (sign * 1j * jnp.imag(trace), jnp.real(trace))
@@ -301,19 +342,25 @@ def solve(
     """x with a @ x = b, like ``jax.scipy.linalg.solve``. assume_a: "pos"
     (symmetric/Hermitian positive definite: Cholesky) or "gen", "sym", "her"
     (LU with partial pivoting). x is NaN where the factorisation failed."""
-    if assume_a == "pos":
-        f = cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
-                       on_failure=on_failure)
-        return cho_solve(f, b)
-    if assume_a not in ("gen", "sym", "her"):
-        raise ValueError(f"jaxmg: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}")
-    f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
-                  on_failure=on_failure)
-    return lu_solve(f, b)
+    _check_assume_a(assume_a)
+    _check_on_failure(on_failure)
+    pos = assume_a == "pos"
+    layout = _layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec, backend, "solve")
+    b = factors._as_matrix(b, layout)
+    if jnp.dtype(b.dtype) != jnp.dtype(a.dtype):
+        raise TypeError(
+            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but a has {jnp.dtype(a.dtype).name}; "
+            "cast with b.astype(a.dtype)"
+        )
+    run = solve_pos if pos else _solve_gen
+    x, info = run(a, b, layout=layout, b_sharded=factors.is_row_sharded(b, layout.placement))
+    report(info, on_failure, _NOT_SPD if pos else _SINGULAR)
+    return x
 
 
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto"):
     """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky."""
+    _check_assume_a(assume_a)
     if assume_a == "pos":
         f = cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
         logdet = cho_logdet(f)
@@ -327,12 +374,14 @@ def inv(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="aut
         on_failure="nan"):
     """a's inverse like ``jnp.linalg.inv``, row-sharded like a. "pos": the
     Cholesky-based inverse (jaxmg.potri); otherwise LU solves against I."""
+    _check_assume_a(assume_a)
     if assume_a == "pos":
         return spd_inverse(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
                            on_failure=on_failure)
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
                   on_failure=on_failure)
-    return lu_solve(f, _eye(f.layout, a.dtype))
+    eye, sharded = _eye(f.layout, a.dtype)
+    return _lu_solve(f, eye, trans=0, b_sharded=sharded)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -344,8 +393,11 @@ def _spd_inverse(config, a):
 @_spd_inverse.defjvp
 def _spd_inverse_jvp(config, primals, tangents):
     (a,), (da,) = primals, tangents
+    placement, n = config[0], a.shape[0]
     y, info = _spd_inverse(config, a)
-    return (y, info), (-(y @ da @ y), np.zeros(info.shape, dtype=jax.dtypes.float0))
+    rows = P(placement.axis, None)
+    dy = -_mm(_mm(y, da, placement, rows, n), y, placement, rows, n)
+    return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 
 def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan",
@@ -368,13 +420,17 @@ def _eigh_jvp(config, primals, tangents):
     # The standard eigenvector derivative, as jnp.linalg.eigh differentiates
     # (degenerate eigenvalues give the same non-finite terms there).
     (a,), (da,) = primals, tangents
+    placement, n = config[0], a.shape[0]
+    rows, cols = P(placement.axis, None), P(None, placement.axis)
     w, v, info = _eigh(config, a)
-    da = (da + jnp.conj(da).T) / 2
-    vdag_da_v = jnp.conj(v).T @ da @ v
-    eye = jnp.eye(w.shape[0], dtype=w.dtype)
+    da = _hermitian_part(da, placement, n)
+    da_v = _mm(da, v, placement, cols, n)
+    vdag_da_v = _mm(jnp.conj(v).T, da_v, placement, rows, n)
+    eye = jnp.eye(n, dtype=w.dtype)
     f = 1 / (eye + w[None, :] - w[:, None]) - eye
-    dw = jnp.real(jnp.diagonal(vdag_da_v))
-    dv = v @ (f.astype(v.dtype) * vdag_da_v)
+    # diag(V^H dA V) column by column: no gather across the sharded rows.
+    dw = dist.constrain(jnp.real(jnp.sum(jnp.conj(v) * da_v, axis=0)), placement, P())
+    dv = _mm(v, f.astype(v.dtype) * vdag_da_v, placement, cols, n)
     return (w, v, info), (dw, dv, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 

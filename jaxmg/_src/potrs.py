@@ -75,9 +75,10 @@ def potrs(
     else:
         from jaxmg._src import linalg  # differentiable: factor, then solve against it
 
-        t = dist.choose_tile(n, placement.n_devices, tile)
-        f = factors.cholesky(a, factors.Layout(placement, n, t, engine))
-        x, info = linalg.cho_solve(f, b), f.info
+        layout = factors.Layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
+        x, info = linalg.solve_pos(
+            a, b, layout=layout, b_sharded=factors.is_row_sharded(b, placement)
+        )
         return (x, info) if return_info else x
     x = x[:, 0] if vector else x
     return (x, info) if return_info else x
