@@ -1,9 +1,12 @@
-"""Times jaxmg's potrs, potri and syevd against JAX's own solvers and JAXMg 0.0.8.
+"""Times jaxmg's potrs, LU solve, potri and syevd against JAX's own solvers and JAXMg 0.0.8.
 
 Usage, from the repository root after `bazel build //xla_ext:libjaxmg_ffi.so`:
 
     PYTHONPATH=. .venv/bin/python tools/benchmark.py
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --sizes 4096 16384 --dtypes float64 --devices 1 2
+    PYTHONPATH=. .venv/bin/python tools/benchmark.py --routines potrs lu --sizes 65536 131072 \\
+        --dtypes float64 --mem-fraction 0.95
+    PYTHONPATH=. .venv/bin/python tools/benchmark.py --routines potrs --largest --largest-budget 300
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --peer-path /opt/jaxmg-0.0.8
 
     # CPU smoke test on two forced host devices:
@@ -13,33 +16,58 @@ Usage, from the repository root after `bazel build //xla_ext:libjaxmg_ffi.so`:
 For every routine x dtype x N x device count it times these implementations:
 
     jaxmg (auto)     jaxmg.<routine>(a, ..., tile_size=TILE): the library picks its engine
-                     (JAX's own solver on one GPU or below a crossover N, else cuSOLVERMg)
+                     (JAX's own solver on one GPU or below a crossover N, else cuSOLVERMg).
+                     lu: x = jaxmg.lu_solve(jaxmg.lu_factor(a, tile_size=TILE), b)
     jaxmg (mg)       the same with backend="jaxmg": always the distributed solver
     jax native       JAX's solver on one device, jitted. potrs: cho_factor + cho_solve;
-                     potri: cho_factor + cho_solve against the identity; syevd: jnp.linalg.eigh
+                     lu: jax.scipy.linalg.lu_factor + lu_solve; potri: cho_factor +
+                     cho_solve against the identity; syevd: jnp.linalg.eigh
     jax native inv   potri only: jnp.linalg.inv
     JAXMg 0.0.8      only with --peer-path DIR, a directory filled by
-                     `pip install --no-deps --target DIR jaxmg==0.0.8`
+                     `pip install --no-deps --target DIR jaxmg==0.0.8`; it has no LU
+                     (n/a in the lu rows)
     jaxmg (mg, jit)  only with --per-call-overhead, at N=1024: jaxmg (mg) called from inside
                      the caller's own jax.jit, to show the Python cost of an eager call
 
-Method: A is built on the devices (SPD A = M M^H / N + I for potrs and potri, Hermitian
-(M + M^H) / 2 for syevd, M standard normal), rows sharded P("x", None) over a 1-D mesh of
-the first D devices; b is (N, 1) and replicated. Each measurement is one warm-up (compiling)
-call, then up to --repeats timed calls (perf_counter around the call and
-jax.block_until_ready; fewer once they have taken --budget seconds), alternating between
-two input matrices when N <= 16384 and memory allows. Every timed result is checked on the
-devices: potrs ||A x - b|| / (||A||_F ||x||), potri ||(X A - I)[rows]||_F / sqrt(rows),
-syevd max_j ||A v_j - w_j v_j|| / max|w| (rows and columns sampled above N = 2048); a
-residual above 100 sqrt(N) eps, or NaN, marks the measurement FAILED. A size is skipped
-when four copies of A exceed 90% of the D devices' memory, jax native when four copies
-exceed half of one device's; errors (out of memory included) are recorded and the run goes
-on. float64 and complex128 turn on jax_enable_x64 in the workers (this script's choice).
+Method: A is built on the devices, rows sharded P("x", None) over a 1-D mesh of the first
+D devices, by a jitted function with those out_shardings in which every entry is a hash of
+its row, its column and a seed: each device computes only its own rows, with no host copy,
+no communication and no memory beyond its share of A, so orders like 65536 and 131072 can
+be asked for (131072 in float64 is 128 GiB). W has entries of variance 1/N (uniform), so
+its spectrum or singular values lie in about [-2, 2]; potrs and potri get the SPD
+A = W + 3 I with W symmetric/Hermitian, syevd W itself, lu A = W + 3 I with W's entries
+independent (not symmetric); condition numbers are at most about 5. b is (N, 1), standard
+normal and replicated. Each measurement is one warm-up (compiling) call, then up to
+--repeats timed calls (perf_counter around the call and jax.block_until_ready; fewer once
+they have taken --budget seconds), alternating between two input matrices when
+N <= 16384 and memory allows. Every timed result is checked on the devices: potrs and lu
+||A x - b|| / (||A||_F ||x||), potri ||(X A - I)[rows]||_F / sqrt(rows), syevd
+max_j ||A v_j - w_j v_j|| / max|w| (rows and columns sampled above N = 2048); a residual
+above 100 sqrt(N) eps, or NaN, marks the measurement FAILED. A call that runs out of
+memory (an exception, or a worker that died saying so) is recorded as OOM and the run
+goes on; so is a case not even attempted because A alone exceeds 90% of the D devices'
+memory (on CPU: four copies of A, as host memory exhaustion is no clean error; jax
+native: two copies of A in one device, on CPU four in half of it). Other errors are
+recorded likewise. float64 and complex128 turn on jax_enable_x64 in the workers (this
+script's choice). --mem-fraction sets XLA_PYTHON_CLIENT_MEM_FRACTION for the workers
+(JAX's pool is 75% of each GPU by default; cuSOLVERMg's workspace comes from that pool).
+
+--largest: after the table, for potrs with jaxmg (mg) on the largest device count and
+each dtype, N doubles from the largest --sizes value until a call fails (out of memory,
+or any other error), then the gap is bisected in steps of 8192. A size the table measured
+(it ran, or ran out of memory) is taken from there; every other trial is one call with no
+warm-up (its time includes compiling) in a fresh worker, and one whose A alone cannot fit
+is not run. It reports the
+largest N that ran and the fraction of memory its A takes: N^2 * itemsize over the D
+GPUs' total memory (from nvidia-smi; host memory on CPU), and over JAX's pool. The dtypes
+share --largest-budget seconds (default 300); a trial still running when its share is
+spent is killed and the search reports what it found.
 
 Output: one progress line per measurement, then a table of median times in ms, also
-written with every raw figure and the machine's description to <out>/benchmark.json, and a
-log-log plot of time against N per routine to <out>/benchmark.png (skipped, with a note,
-when matplotlib is missing). Worker logs go to <out>/logs/.
+written with every raw figure and the machine's description to <out>/benchmark.json
+(with the --largest search and its trials under "largest"), and a log-log plot of time
+against N per routine to <out>/benchmark.png (skipped, with a note, when matplotlib is
+missing). Worker logs go to <out>/logs/.
 
 The process you start never initialises JAX itself: it runs the measurements in worker
 processes of this same script (`--worker ours|peer|info`), one per implementation family and
@@ -55,6 +83,7 @@ import argparse
 import dataclasses
 import datetime
 import faulthandler
+import functools
 import gc
 import itertools
 import json
@@ -63,6 +92,7 @@ import os
 import pathlib
 import platform
 import queue
+import re
 import shlex
 import signal
 import statistics
@@ -74,7 +104,9 @@ import time
 from typing import Any, Callable, Iterator
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parent.parent
-ROUTINES = ("potrs", "potri", "syevd")
+ROUTINES = ("potrs", "lu", "potri", "syevd")
+PEER_ROUTINES = ("potrs", "potri", "syevd")  # JAXMg 0.0.8 has no LU
+DISPATCH_NAME = {"lu": "getrf"}  # jaxmg's name for a routine in its engine choice
 DTYPES = ("float32", "float64", "complex64", "complex128")
 DEFAULT_SIZES = (1024, 4096, 8192, 16384, 32768)
 
@@ -88,6 +120,12 @@ ROTATE_MAX_N = 16384  # above this, one input matrix is reused across repeats
 OVERHEAD_N = 1024
 FULL_CHECK_MAX_N = 2048  # above this, residuals are sampled on a few rows/columns
 SAMPLES = 64
+SHIFT = 3.0  # A = W + SHIFT I: W's spectrum (or singular values) lies in [-2, 2] ([0, 2])
+LARGEST_STEP = 8192  # --largest bisects N in steps of this
+
+OOM_PATTERN = re.compile(
+    r"RESOURCE_EXHAUSTED|out of memory|could not allocate|ALLOC_FAILED|cudaErrorMemoryAllocation"
+    r"|cuBLAS error 3 |bad_alloc|MemoryError|\bOOM\b", re.IGNORECASE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,6 +156,20 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first}"[:240]
 
 
+def is_oom(text: str) -> bool:
+    return bool(OOM_PATTERN.search(text or ""))
+
+
+def error_result(exc: BaseException, prefix: str = "") -> dict[str, Any]:
+    """A result for a measurement that raised: status "oom" when it ran out of memory."""
+    text = prefix + short_error(exc)
+    match = OOM_PATTERN.search(f"{type(exc).__name__}: {exc}")
+    if match and not is_oom(text):  # say why, when the first line does not
+        line = next(l for l in str(exc).splitlines() if OOM_PATTERN.search(l)).strip()
+        text += f" [{line[:160]}]"
+    return {"status": "oom" if match else "error", "error": text}
+
+
 def host_memory_bytes() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
@@ -131,22 +183,108 @@ def device_memory_bytes(device) -> int:
     return int(stats.get("bytes_limit") or host_memory_bytes())
 
 
+def gpu_total_bytes(count: int) -> list[int] | None:
+    """Physical memory of the first `count` visible GPUs (nvidia-smi), or None."""
+    try:
+        text = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.total", "--format=csv,noheader,nounits"],
+            capture_output=True, text=True, check=True, timeout=60).stdout
+        mib = {int(i): int(m) for i, m in (line.split(",") for line in text.strip().splitlines())}
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        order = [int(i) for i in visible.split(",")] if visible else sorted(mib)
+        return [mib[i] * 2**20 for i in order[:count]] if len(order) >= count else None
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return None
+
+
 def machine_info() -> dict[str, Any]:
     import jax
     import jaxlib
 
     devices = jax.devices()
+    on_gpu = devices[0].platform == "gpu"
     return {
         "platform": devices[0].platform,
         "device_count": len(devices),
         "device_kinds": [d.device_kind for d in devices],
+        # What JAX's allocator may use (its pool; host memory for CPU devices) ...
         "device_memory_bytes": [device_memory_bytes(d) for d in devices],
+        # ... and the devices' physical memory (GPUs only, from nvidia-smi).
+        "device_total_bytes": gpu_total_bytes(len(devices)) if on_gpu else None,
         "jax_version": jax.__version__,
         "jaxlib_version": jaxlib.__version__,
         "python": sys.version.split()[0],
         "hostname": platform.node(),
         "cpu_count": os.cpu_count(),
     }
+
+
+def _mix32(x):
+    """The lowbias32 integer finaliser: a bijection on uint32 that scrambles all bits."""
+    import jax.numpy as jnp
+
+    x = x ^ (x >> 16)
+    x = x * jnp.uint32(0x7FEB352D)
+    x = x ^ (x >> 15)
+    x = x * jnp.uint32(0x846CA68B)
+    return x ^ (x >> 16)
+
+
+def _uniform(lo, hi, salt, real_dtype):
+    """Pseudo-random numbers in [-1, 1), one per (lo, hi) index pair (uint32 arrays)."""
+    import jax.numpy as jnp
+
+    h = _mix32(_mix32(lo * jnp.uint32(0x9E3779B1) + salt)
+               ^ _mix32(hi * jnp.uint32(0x85EBCA77) + (salt ^ jnp.uint32(0x5BD1E995))))
+    return (h >> 8).astype(real_dtype) * (2.0 ** -23) - 1
+
+
+def test_matrix(n: int, dtype: str, kind: str, seed):
+    """An N x N test matrix whose every entry is a hash of (its row, its column, seed).
+
+    Nothing is communicated or gathered: under jax.jit with row-sharded out_shardings
+    each device computes only its own rows. Entries of W have variance 1/N, so W's
+    spectrum (symmetric/Hermitian W) or its singular values (general W) lie in about
+    [-2, 2] ([0, 2]), and W + 3 I has a condition number of at most about 5.
+    kind: "spd" W + 3 I with W symmetric/Hermitian; "wigner" W itself (for syevd);
+    "general" W + 3 I with W's entries independent (not symmetric; for LU).
+    """
+    import jax
+    import jax.numpy as jnp
+
+    dtype = jnp.dtype(dtype)
+    real = jnp.finfo(dtype).dtype
+    is_complex = jnp.issubdtype(dtype, jnp.complexfloating)
+    i = jax.lax.broadcasted_iota(jnp.uint32, (n, n), 0)
+    j = jax.lax.broadcasted_iota(jnp.uint32, (n, n), 1)
+    lo, hi = (i, j) if kind == "general" else (jnp.minimum(i, j), jnp.maximum(i, j))
+    salt = _mix32(jnp.asarray(seed).astype(jnp.uint32))
+    # Uniform on [-1, 1) has variance 1/3; complex entries split it between parts.
+    scale = math.sqrt(3.0 / (2 * n if is_complex else n))
+    a = _uniform(lo, hi, salt, real) * scale
+    if is_complex:
+        imag = _uniform(lo, hi, salt ^ jnp.uint32(0xC2B2AE35), real) * scale
+        if kind != "general":  # Hermitian: conjugate below the diagonal, real on it
+            imag = jnp.where(i > j, -imag, jnp.where(i == j, 0, imag))
+        a = jax.lax.complex(a, imag)
+    if kind != "wigner":
+        a = jnp.where(i == j, a + SHIFT, a)
+    return a.astype(dtype)
+
+
+def too_big(n: int, itemsize: int, total: int, on_cpu: bool) -> str | None:
+    """Why a problem is not even tried on devices with `total` bytes, or None.
+
+    On GPUs a call that runs out of memory raises and is recorded as OOM, so
+    anything that leaves room for A itself is tried. Host memory is not so
+    forgiving (the kernel's OOM killer, swapping): on CPU, 4 copies must fit."""
+    copies = 4 if on_cpu else 1
+    need = copies * n * n * itemsize
+    if need <= 0.9 * total:
+        return None
+    what = "4 copies of A need" if on_cpu else "A alone needs"
+    return (f"not attempted: {what} {need / 2**30:.1f} GiB, more than 90% of the "
+            f"{total / 2**30:.1f} GiB the device(s) have")
 
 
 class Bench:
@@ -174,44 +312,46 @@ class Bench:
         return one, one if self.on_cpu else one * n_devices
 
     def input_count(self, n: int, dtype: str, n_devices: int) -> tuple[int, str | None]:
-        """How many input matrices to rotate between, or a reason to skip."""
+        """How many input matrices to rotate between, or why not even one is tried."""
         import numpy as np
 
         matrix = n * n * np.dtype(dtype).itemsize
         _, total = self.memory(n_devices)
-        # Inputs plus about three working matrices (the call's copy, its
-        # result, the residual check) must fit in 90% of the memory.
+        # Two inputs plus about three working matrices (the call's copy, its
+        # result, the residual check) in 90% of the memory: rotate.
         if n <= ROTATE_MAX_N and (2 + 3) * matrix <= 0.9 * total:
             return 2, None
-        if (1 + 3) * matrix <= 0.9 * total:
-            return 1, None
-        return 0, (f"needs ~{4 * matrix / 2**30:.1f} GiB, {n_devices} device(s) have "
-                   f"{total / 2**30:.1f} GiB")
+        reason = too_big(n, np.dtype(dtype).itemsize, total, self.on_cpu)
+        return (0, reason) if reason else (1, None)
 
     def make_inputs(self, routine: str, n: int, dtype: str, mesh, count: int) -> list[tuple]:
+        """`count` (A, b) pairs built where they live: A row-sharded, b replicated."""
         import jax
-        import jax.numpy as jnp
         from jax.sharding import NamedSharding, PartitionSpec as P
 
         rows = NamedSharding(mesh, P("x", None))
         replicated = NamedSharding(mesh, P())
-
-        def build(key):
-            km, kb = jax.random.split(key)
-            m = jax.lax.with_sharding_constraint(jax.random.normal(km, (n, n), dtype), rows)
-            if routine == "syevd":
-                a = (m + m.conj().T) / 2
-            else:
-                a = m @ m.conj().T / n
-                # Exact symmetry: the solvers read one triangle, the checks all of A.
-                a = (a + a.conj().T) / 2 + jnp.eye(n, dtype=dtype)
-            return a, jax.random.normal(kb, (n, 1), dtype)
-
-        make = jax.jit(build, out_shardings=(rows, replicated))
+        kind = {"syevd": "wigner", "lu": "general"}.get(routine, "spd")
+        make_a = jax.jit(lambda seed: test_matrix(n, dtype, kind, seed), out_shardings=rows)
+        make_b = jax.jit(lambda key: jax.random.normal(key, (n, 1), dtype), out_shardings=replicated)
         inputs = []
         for i in range(count):
-            inputs.append(jax.block_until_ready(make(jax.random.key(1000 * n + i))))
+            seed = 1000 * n + i
+            a = jax.block_until_ready(make_a(seed % 2**31))
+            inputs.append((a, jax.block_until_ready(make_b(jax.random.key(seed)))))
+        # A donated A is rebuilt from its seed (deterministic) for the next call and the check.
+        self.rebuild = lambda i: jax.block_until_ready(make_a((1000 * n + i) % 2**31))
         return inputs
+
+    def live(self, inputs: list[tuple], k: int) -> tuple[tuple, float]:
+        """Input pair k with A alive (rebuilt if a call donated it), and the rebuild's seconds."""
+        a, b = inputs[k]
+        if not a.is_deleted():
+            return (a, b), 0.0
+        start = time.perf_counter()
+        a = self.rebuild(k)
+        inputs[k] = (a, b)
+        return (a, b), time.perf_counter() - start
 
     # -- implementations ----------------------------------------------------
 
@@ -230,10 +370,15 @@ class Bench:
         tile = self.settings["tile"]
         backend = "auto" if task.impl == AUTO else "jaxmg"
         kw: dict[str, Any] = {"tile_size": tile, "backend": backend}
+        donate = bool(self.settings.get("donate")) and task.impl != MG_JIT
+        if donate:
+            kw["donate"] = True
         if task.impl == MG_JIT:
             kw.update(mesh=mesh, spec=P("x", None))
         if task.routine == "potrs":
             fn = lambda a, b: jaxmg.potrs(a, b, **kw)
+        elif task.routine == "lu":
+            fn = lambda a, b: jaxmg.lu_solve(jaxmg.lu_factor(a, **kw), b)
         elif task.routine == "potri":
             fn = lambda a, b: jaxmg.potri(a, **kw)
         else:
@@ -241,6 +386,15 @@ class Bench:
         if task.impl == MG_JIT:
             fn = jax.jit(fn)
         engine, effective_tile = self.engine_of(task, inputs[0][0], tile, backend)
+        if donate:
+            return Impl(
+                prepare=lambda k: self.live(inputs, k),
+                call=fn,
+                residual=lambda k, out: check(task.routine, self.live(inputs, k)[0], out),
+                engine=engine,
+                tile=effective_tile,
+                note="donate=True: A is rebuilt between calls (not timed)",
+            )
         return Impl(
             prepare=lambda k: (inputs[k], None),
             call=fn,
@@ -256,7 +410,8 @@ class Bench:
             from jaxmg._src import dispatch, distribution as dist
 
             placement = dist.resolve_placement(a, None, None)
-            engine = dispatch.choose(task.routine, task.n, placement, backend)
+            routine = DISPATCH_NAME.get(task.routine, task.routine)
+            engine = dispatch.choose(routine, task.n, placement, backend)
             t = dist.choose_tile(task.n, placement.n_devices, tile) if engine == "jaxmg" else None
             return engine, t
         except Exception:  # private API: only for the report
@@ -266,11 +421,18 @@ class Bench:
         import jax
         import jax.numpy as jnp
         import jax.scipy.linalg as jsl
+        import numpy as np
 
         device = self.devices[0]
-        local = [tuple(jax.device_put(x, device) for x in pair) for pair in inputs]
+        one, _ = self.memory(1)
+        matrix = task.n * task.n * np.dtype(task.dtype).itemsize
+        # One device holds the copies: rotate only where they leave room to work.
+        count = len(inputs) if (len(inputs) + 3) * matrix <= 0.9 * one else 1
+        local = [tuple(jax.device_put(x, device) for x in pair) for pair in inputs[:count]]
         if task.routine == "potrs":
             fn = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b))
+        elif task.routine == "lu":
+            fn = jax.jit(lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b))
         elif task.routine == "potri" and task.impl == NATIVE:
             fn = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a), jnp.eye(a.shape[0], dtype=a.dtype)))
         elif task.routine == "potri":
@@ -278,9 +440,9 @@ class Bench:
         else:
             fn = jax.jit(lambda a, b: jnp.linalg.eigh(a))
         return Impl(
-            prepare=lambda k: (local[k], None),
+            prepare=lambda k: (local[k % count], None),
             call=fn,
-            residual=lambda k, out: check(task.routine, local[k], out),
+            residual=lambda k, out: check(task.routine, local[k % count], out),
         )
 
     def peer(self, task: Task, inputs: list[tuple], mesh) -> "Impl":
@@ -320,6 +482,9 @@ class Bench:
             return out
 
         def prepare(k):
+            if self.settings.get("donate"):  # no room for a copy: rebuild A instead
+                (a, b), seconds = self.live(inputs, k)
+                return (a, jax.block_until_ready(jnp.copy(b))), seconds
             start = time.perf_counter()
             fresh = jax.block_until_ready(copy(*inputs[k]))
             return fresh, time.perf_counter() - start
@@ -332,7 +497,7 @@ class Bench:
         impl = Impl(
             prepare=prepare,
             call=lambda a, b: normalise(call(a, b)),
-            residual=lambda k, out: self.peer_residual(task, inputs[k], out, impl),
+            residual=lambda k, out: self.peer_residual(task, self.live(inputs, k)[0], out, impl),
             tile=t_a,
             note="time excludes the fresh input copy each call needs (copy_ms)",
         )
@@ -380,55 +545,149 @@ def _samples(n: int) -> Any:
 
 def check(routine: str, pair: tuple, out) -> float:
     a, b = pair
-    if routine == "potrs":
-        return check_potrs(a, b, out)
+    if routine in ("potrs", "lu"):
+        return check_solve(a, b, out)
     if routine == "potri":
         return check_potri(a, out)
     w, v = out
     return check_syevd(a, w, v)
 
 
-def check_potrs(a, b, x) -> float:
+# The checks read A in row chunks of at most this many bytes, one device at a time:
+# a product with all of a large A in one XLA op can run out of memory by itself (the
+# GPU autotuner copies an operand that size), after the solver it checks has worked.
+CHECK_CHUNK_BYTES = 256 * 2**20
+
+
+def _bounds(shard, shape) -> list[tuple[int, int]]:
+    return [(sl.start or 0, dim if sl.stop is None else sl.stop) for sl, dim in zip(shard.index, shape)]
+
+
+def _unique_shards(arr) -> list:
+    """One addressable shard per distinct block (replicas are skipped)."""
+    seen: dict[tuple, Any] = {}
+    for shard in arr.addressable_shards:
+        seen.setdefault(tuple(_bounds(shard, arr.shape)), shard)
+    return list(seen.values())
+
+
+def host_select(arr, rows=None, cols=None):
+    """arr[rows][:, cols] of a 2-D array, as NumPy, read shard by shard: only the
+    selected entries leave the devices, and nothing is gathered across them."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    rows = np.arange(arr.shape[0]) if rows is None else np.asarray(rows)
+    cols = np.arange(arr.shape[1]) if cols is None else np.asarray(cols)
+    out = np.empty((len(rows), len(cols)), dtype=arr.dtype)
+    for shard in _unique_shards(arr):
+        (r0, r1), (c0, c1) = _bounds(shard, arr.shape)
+        ri = np.nonzero((rows >= r0) & (rows < r1))[0]
+        ci = np.nonzero((cols >= c0) & (cols < c1))[0]
+        if not len(ri) or not len(ci):
+            continue
+        block = shard.data
+        if len(ri) < r1 - r0:
+            block = block[jnp.asarray(rows[ri] - r0)]
+        if len(ci) < c1 - c0:
+            block = block[:, jnp.asarray(cols[ci] - c0)]
+        out[np.ix_(ri, ci)] = np.asarray(block)
+    return out
+
+
+def _row_chunks(a) -> Iterator[tuple[int, Any, Any]]:
+    """(first row, device, chunk): each row of A once, in single-device chunks."""
+    import jax
+
+    n_cols = a.shape[1]
+    rows_per_chunk = max(1, CHECK_CHUNK_BYTES // (n_cols * a.dtype.itemsize))
+    for shard in _unique_shards(a):
+        (r0, r1), (c0, c1) = _bounds(shard, a.shape)
+        if (c0, c1) != (0, n_cols):
+            raise ValueError("the residual checks need A sharded by rows only")
+        rows = r1 - r0
+        for start in range(0, rows, rows_per_chunk):
+            size = min(rows_per_chunk, rows - start)
+            chunk = shard.data if size == rows else jax.lax.dynamic_slice_in_dim(shard.data, start, size)
+            yield r0 + start, shard.device, chunk
+
+
+@functools.cache
+def _chunk_terms():
     import jax
     import jax.numpy as jnp
 
-    hi = jax.lax.Precision.HIGHEST
-    r = jnp.matmul(a, x, precision=hi) - b
-    return float(jnp.linalg.norm(r) / (jnp.linalg.norm(a) * jnp.linalg.norm(x)))
+    def terms(chunk, v, target):
+        r = jnp.matmul(chunk, v, precision=jax.lax.Precision.HIGHEST) - target
+        return jnp.sum(jnp.abs(r) ** 2, axis=0), jnp.sum(jnp.abs(chunk) ** 2)
+
+    return jax.jit(terms)
+
+
+def product_residual(a, v, target) -> tuple[Any, float]:
+    """For A (N, N) on the devices, V (N, k) and target(r0, r1) -> (r1 - r0, k) on the
+    host: (per column, sum over rows of |A V - target|^2; ||A||_F^2)."""
+    import jax
+    import numpy as np
+
+    terms = _chunk_terms()
+    on_device: dict[Any, Any] = {}
+    columns, a_squared = np.zeros(v.shape[1]), 0.0
+    for r0, device, chunk in _row_chunks(a):
+        if device not in on_device:
+            on_device[device] = jax.device_put(v.astype(a.dtype), device)
+        want = np.asarray(target(r0, r0 + chunk.shape[0]), dtype=a.dtype)
+        col, a_sq = terms(chunk, on_device[device], jax.device_put(want, device))
+        columns += np.asarray(col, dtype=np.float64)
+        a_squared += float(a_sq)
+    return columns, a_squared
+
+
+def check_solve(a, b, x) -> float:
+    """||A x - b|| / (||A||_F ||x||)."""
+    import numpy as np
+
+    n = a.shape[0]
+    x, b = np.asarray(x).reshape(n, -1), np.asarray(b).reshape(n, -1)
+    columns, a_squared = product_residual(a, x, lambda r0, r1: b[r0:r1])
+    return float(math.sqrt(columns.sum()) / (math.sqrt(a_squared) * np.linalg.norm(x)))
 
 
 def check_potri(a, inv) -> float:
-    import jax
-    import jax.numpy as jnp
+    """||(X A - I)[rows]||_F / sqrt(rows), as ||A X[rows]^H - I[:, rows]||_F (A is Hermitian)."""
+    import numpy as np
 
     rows = _samples(a.shape[0])
-    hi = jax.lax.Precision.HIGHEST
-    product = jnp.matmul(inv[rows, :], a, precision=hi)
-    identity = (jnp.arange(a.shape[0])[None, :] == jnp.asarray(rows)[:, None]).astype(a.dtype)
-    return float(jnp.linalg.norm(product - identity) / math.sqrt(len(rows)))
+    v = host_select(inv, rows=rows).conj().T
+    columns, _ = product_residual(a, v, lambda r0, r1: np.arange(r0, r1)[:, None] == rows[None, :])
+    return float(math.sqrt(columns.sum()) / math.sqrt(len(rows)))
 
 
 def check_syevd(a, w, v, vectors_in_columns: bool = True) -> float:
-    import jax
-    import jax.numpy as jnp
+    """max_j ||A v_j - w_j v_j|| / max|w| over the sampled eigenpairs j."""
+    import numpy as np
 
     cols = _samples(a.shape[0])
-    vs = v[:, cols] if vectors_in_columns else jnp.conj(v[cols, :]).T
-    hi = jax.lax.Precision.HIGHEST
-    r = jnp.matmul(a, vs, precision=hi) - vs * w[cols][None, :]
-    return float(jnp.max(jnp.linalg.norm(r, axis=0)) / jnp.max(jnp.abs(w)))
+    vs = host_select(v, cols=cols) if vectors_in_columns else host_select(v, rows=cols).conj().T
+    w = np.asarray(w)
+    ws = w[cols]
+    columns, _ = product_residual(a, vs, lambda r0, r1: vs[r0:r1] * ws[None, :])
+    return float(math.sqrt(columns.max()) / np.max(np.abs(w)))
 
 
-def time_impl(impl: Impl, n_inputs: int, repeats: int, budget_s: float) -> dict[str, Any]:
-    """Warm-up call, then timed calls (rotating inputs) until `repeats` or `budget_s`."""
+def time_impl(impl: Impl, n_inputs: int, repeats: int, budget_s: float,
+              warmup: bool = True) -> dict[str, Any]:
+    """Warm-up call, then timed calls (rotating inputs) until `repeats` or `budget_s`.
+    Without the warm-up (--largest) the first timed call includes compilation."""
     import jax
 
-    args, _ = impl.prepare(0)
-    jax.block_until_ready(impl.call(*args))
-    del args
+    if warmup:
+        args, _ = impl.prepare(0)
+        jax.block_until_ready(impl.call(*args))
+        del args
     times, copies, residuals = [], [], []
     for i in range(repeats):
-        k = (i + 1) % n_inputs  # the first timed call already sees a new matrix
+        k = (i + int(warmup)) % n_inputs  # the first timed call already sees a new matrix
         args, copy_s = impl.prepare(k)
         start = time.perf_counter()
         out = impl.call(*args)
@@ -524,15 +783,19 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
     n_devices = max(t.devices for t in tasks)
     mesh = bench.mesh(n_devices)
     n_inputs, skip = bench.input_count(n, dtype, n_devices)
+    if settings["repeats"] == 1 and not settings.get("warmup", True):
+        n_inputs = min(n_inputs, 1)  # one call in all (--largest): one input is enough
     if skip:
         for task in tasks:
-            emit(event="result", id=task.id, status="skipped", error=skip)
+            emit(event="result", id=task.id, status="oom", error=skip, attempted=False)
         return
     try:
         inputs = bench.make_inputs(routine, n, dtype, mesh, n_inputs)
     except Exception as exc:
+        result = error_result(exc, "inputs: ")
         for task in tasks:
-            emit(event="result", id=task.id, status="error", error=f"inputs: {short_error(exc)}")
+            emit(event="result", id=task.id, **result)
+        del exc
         gc.collect()
         return
     for task in tasks:
@@ -549,16 +812,21 @@ def run_task(bench: Bench, task: Task, inputs: list[tuple], mesh, n_inputs: int,
 
     if task.impl in (NATIVE, NATIVE_INV):
         one, _ = bench.memory(1)
-        need = 4 * task.n * task.n * np.dtype(task.dtype).itemsize
-        if need > 0.5 * one:
-            return {"status": "skipped",
-                    "error": f"4 copies of A ({need / 2**30:.1f} GiB) exceed half of one device"}
+        matrix = task.n * task.n * np.dtype(task.dtype).itemsize
+        # A whole on one device and its result, at the least (on CPU: 4 copies in
+        # half the host memory, as a crash there is not a clean error).
+        copies, share = (4, 0.5) if bench.on_cpu else (2, 0.95)
+        if copies * matrix > share * one:
+            return {"status": "oom", "attempted": False,
+                    "error": f"not attempted: {copies} copies of A ({copies * matrix / 2**30:.1f} "
+                             f"GiB) exceed {share:.0%} of one device ({one / 2**30:.1f} GiB)"}
     try:
         impl = bench.implementation(task, inputs, mesh)
-        measured = time_impl(impl, n_inputs, settings["repeats"], settings["budget_s"])
+        measured = time_impl(impl, n_inputs, settings["repeats"], settings["budget_s"],
+                             settings.get("warmup", True))
         return summarise(task, measured, impl, n_inputs, task.dtype)
     except Exception as exc:
-        return {"status": "error", "error": short_error(exc)}
+        return error_result(exc)
 
 
 # ---------------------------------------------------------------------------
@@ -571,7 +839,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__.splitlines()[0], formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="See the module docstring (tools/benchmark.py) for the method and outputs.")
     parser.add_argument("--routines", nargs="+", choices=ROUTINES, default=list(ROUTINES),
-                        metavar="R", help="potrs, potri and/or syevd (default: all three)")
+                        metavar="R", help="potrs, lu, potri and/or syevd (default: all four)")
     parser.add_argument("--sizes", nargs="+", type=int, default=list(DEFAULT_SIZES), metavar="N",
                         help="matrix orders (default: %(default)s)")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["float32", "float64"],
@@ -589,6 +857,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="stop a measurement's timed calls after S seconds (default 60)")
     parser.add_argument("--task-timeout", type=float, default=1800.0, metavar="S",
                         help="kill a worker silent for S seconds (default 1800)")
+    parser.add_argument("--largest", action="store_true",
+                        help="after the table, search the largest N potrs runs at on the most "
+                             "devices (per dtype; doubling, then bisecting in steps of "
+                             f"{LARGEST_STEP})")
+    parser.add_argument("--largest-budget", type=float, default=300.0, metavar="S",
+                        help="wall-clock seconds for the whole --largest search (default 300)")
+    parser.add_argument("--donate", action="store_true",
+                        help="jaxmg gets donate=True and JAXMg's inputs are rebuilt rather than "
+                             "copied: one copy of A in memory, for N beyond half the devices")
+    parser.add_argument("--mem-fraction", type=float, metavar="F",
+                        help="set XLA_PYTHON_CLIENT_MEM_FRACTION=F for the workers (default: "
+                             "leave the environment's, JAX's default 0.75 if unset)")
     parser.add_argument("--out", type=pathlib.Path,
                         help="output folder (default results/<date>-<platform>)")
     parser.add_argument("--worker", choices=["ours", "peer", "info"], help=argparse.SUPPRESS)
@@ -596,6 +876,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.tile < 1 or any(n < 1 for n in args.sizes):
         parser.error("--repeats, --tile and --sizes must be positive")
+    if args.mem_fraction is not None and not 0 < args.mem_fraction <= 1:
+        parser.error("--mem-fraction must be in (0, 1]")
+    args.routines = [r for r in ROUTINES if r in args.routines]  # fixed order, no repeats
+    args.sizes = sorted(set(args.sizes))
+    args.dtypes = [t for t in DTYPES if t in args.dtypes]
     return args
 
 
@@ -618,13 +903,18 @@ def plan_tasks(args: argparse.Namespace, device_counts: list[int]) -> list[tuple
         plan.append(("ours", d, ours))
         if args.peer_path:
             for routine, dtype, n in itertools.product(args.routines, args.dtypes, args.sizes):
-                peer.append(Task(next(ids), routine, dtype, n, d, PEER))
-            plan.append(("peer", d, peer))
+                if routine in PEER_ROUTINES:
+                    peer.append(Task(next(ids), routine, dtype, n, d, PEER))
+            if peer:
+                plan.append(("peer", d, peer))
     return plan
 
 
-def worker_env(kind: str, n_devices: int, info: dict[str, Any]) -> dict[str, str]:
+def worker_env(kind: str, n_devices: int, info: dict[str, Any],
+               mem_fraction: float | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    if mem_fraction is not None:
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(mem_fraction)
     if kind == "peer" and info["platform"] == "gpu":
         # JAXMg uses every local device: show it only the first n_devices.
         visible = env.get("CUDA_VISIBLE_DEVICES")
@@ -640,10 +930,12 @@ def _pump(stream, lines: "queue.Queue[str | None]") -> None:
 
 
 def run_worker(kind: str, tasks: list[Task], settings: dict[str, Any], env: dict[str, str],
-               log_path: pathlib.Path, timeout_s: float) -> Iterator[dict[str, Any]]:
+               log_path: pathlib.Path, timeout_s: float,
+               deadline: float | None = None) -> Iterator[dict[str, Any]]:
     """Runs a worker over `tasks`, yielding its events. If it crashes or stalls,
     the task in flight (or the problem whose inputs it was building) is reported
-    as an error and a new worker takes the rest."""
+    as an error (as OOM when its log says so) and a new worker takes the rest.
+    Past `deadline` (time.monotonic()) the worker is killed and nothing restarts."""
     remaining = list(tasks)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     while remaining:
@@ -665,10 +957,16 @@ def run_worker(kind: str, tasks: list[Task], settings: dict[str, Any], env: dict
                 lines: queue.Queue[str | None] = queue.Queue()
                 threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
                 while True:
+                    wait = timeout_s
+                    if deadline is not None:
+                        wait = min(wait, max(0.0, deadline - time.monotonic()))
                     try:
-                        line = lines.get(timeout=timeout_s)
+                        line = lines.get(timeout=wait)
                     except queue.Empty:
-                        failure = f"no progress for {timeout_s:.0f} s: worker killed"
+                        if wait < timeout_s:
+                            failure = "time budget ran out: worker killed"
+                        else:
+                            failure = f"no progress for {timeout_s:.0f} s: worker killed"
                         break
                     if line is None:
                         break
@@ -700,9 +998,15 @@ def run_worker(kind: str, tasks: list[Task], settings: dict[str, Any], env: dict
             lost = [t.id for t in remaining if key(t) == key(remaining[0])]
         else:  # died on start-up: another worker would too
             lost = [t.id for t in remaining]
+        status = "oom" if is_oom(failure) else "error"
         for task_id in lost:
-            yield {"event": "result", "id": task_id, "status": "error", "error": failure}
+            yield {"event": "result", "id": task_id, "status": status, "error": failure}
         remaining = [t for t in remaining if t.id not in lost]
+        if deadline is not None and time.monotonic() >= deadline:
+            for task in remaining:
+                yield {"event": "result", "id": task.id, "status": "error",
+                       "error": "time budget ran out: not run"}
+            return
 
 
 def log_tail(path: pathlib.Path) -> str:
@@ -728,9 +1032,11 @@ def describe_exit(rc: int, log_path: pathlib.Path) -> str:
     return f"worker {how}: {log_tail(log_path)}"
 
 
-def probe_machine(log_path: pathlib.Path) -> dict[str, Any]:
+def probe_machine(log_path: pathlib.Path, mem_fraction: float | None = None) -> dict[str, Any]:
     """Device list and versions, from a short-lived worker (the driver never starts JAX)."""
     env = dict(os.environ, XLA_PYTHON_CLIENT_PREALLOCATE="false")
+    if mem_fraction is not None:
+        env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = str(mem_fraction)
     info, error = None, "it printed nothing"
     for event in run_worker("info", [Task(0, "", "", 0, 0, "")], {}, env, log_path, 600):
         if event["event"] == "info":
@@ -756,8 +1062,8 @@ def git_commit() -> dict[str, Any]:
 def progress_line(index: int, total: int, task: Task, record: dict[str, Any]) -> str:
     head = f"[{index}/{total}] {task.routine} {task.dtype} N={task.n} devices={task.devices} {task.impl}:"
     status = record["status"]
-    if status in ("error", "skipped"):
-        return f"{head} {status}: {record.get('error')}"
+    if status in ("error", "skipped", "oom"):
+        return f"{head} {'OOM' if status == 'oom' else status}: {record.get('error')}"
     resid = record.get("residual")
     text = f"{head} {format_ms(record['median_ms'])} ms (min {format_ms(record['min_ms'])}, "
     text += f"resid {resid:.1e})" if resid is not None else "resid NaN)"
@@ -767,6 +1073,8 @@ def progress_line(index: int, total: int, task: Task, record: dict[str, Any]) ->
         text += f" [+ input copy {format_ms(statistics.median(record['copy_ms']))} ms]"
     if status == "failed":
         text += f" FAILED (tolerance {record['tolerance']:.1e})"
+    if record.get("note") and "residual check failed" in record["note"]:
+        text += f" [{record['note']}]"
     return text
 
 
@@ -792,6 +1100,8 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
             return "-"
         if record["status"] == "skipped":
             return "skip"
+        if record["status"] == "oom":
+            return "OOM"
         if record["status"] == "error":
             errors.append(record["error"])
             return f"E{len(errors)}"
@@ -804,13 +1114,15 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
             found[impl] = by_key.get((routine, dtype, n, 1 if one_device else d, impl))
         if routine != "potri":
             found.pop(NATIVE_INV, None)
+        cells = {i: cell(found.get(i)) for i in impls}
+        if PEER in cells and routine not in PEER_ROUTINES:
+            cells[PEER] = "n/a"
         auto, native = found.get(AUTO), found.get(NATIVE)
         ratio = "-"
         if auto and native and auto.get("median_ms") and native.get("median_ms"):
             ratio = f"{auto['median_ms'] / native['median_ms']:.2f}"
         engine = (auto or {}).get("engine") or "-"
-        rows.append([routine, dtype, str(n), str(d)] + [cell(found.get(i)) for i in impls]
-                    + [engine, ratio])
+        rows.append([routine, dtype, str(n), str(d)] + [cells[i] for i in impls] + [engine, ratio])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(h.rjust(w) if i >= 2 else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))]
     lines.append("  ".join("-" * w for w in widths))
@@ -822,13 +1134,20 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
 def table_notes(records: list[dict[str, Any]], args: argparse.Namespace, errors: list[str]) -> list[str]:
     notes = [
         "Median ms over the timed calls (min and every call in benchmark.json). '!' = FAILED: "
-        "residual above 100 sqrt(N) eps or NaN. 'skip' = does not fit in memory.",
-        f"jaxmg (auto) and (mg) get tile_size={args.tile} (capped at N/devices) and do not donate a, "
-        "so their time includes the copy of a the solver works in.",
+        "residual above 100 sqrt(N) eps or NaN. 'OOM' = ran out of memory, or was not "
+        "attempted because A could not fit (the reason is in benchmark.json).",
+        (f"jaxmg (auto) and (mg) get tile_size={args.tile} (capped at N/devices; LU on GPUs at 256) "
+         + ("and donate=True: A is rebuilt between calls, untimed, as for JAXMg."
+            if args.donate else "and do not donate a, so their time includes the copy of a the "
+            "solver works in.")),
         "jax native runs on one device whatever the dev column says; its potri is "
         "cho_factor + cho_solve(A, I), jax native inv is jnp.linalg.inv. "
         "auto/native < 1: jaxmg (auto) is faster.",
     ]
+    if "lu" in args.routines:
+        notes.append("lu = lu_factor + lu_solve of a non-symmetric A (jax native: "
+                     "jax.scipy.linalg.lu_factor + lu_solve)"
+                     + ("; JAXMg 0.0.8 has no LU (n/a)." if args.peer_path else "."))
     peer = [r for r in records if r["impl"] == PEER and "copy_ms" in r]
     if args.peer_path:
         copy = statistics.median(c for r in peer for c in r["copy_ms"]) if peer else None
@@ -870,12 +1189,13 @@ def plot(records: list[dict[str, Any]], args: argparse.Namespace, path: pathlib.
     fig, axes = plt.subplots(1, len(args.routines), figsize=(6 * len(args.routines), 4.8), squeeze=False)
     styles = ["-", "--", ":", "-."]
     markers = "osD^v<>p*h"
+    # One colour and marker per implementation and device count, the same in every panel.
+    labels = sorted({(r["impl"], r["devices"]) for r in records if r["impl"] != MG_JIT})
     for ax, routine in zip(axes[0], args.routines):
         series: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
         for r in records:
             if r["routine"] == routine and r["impl"] != MG_JIT and r.get("median_ms") is not None:
                 series.setdefault((r["impl"], r["dtype"], r["devices"]), []).append((r["n"], r["median_ms"]))
-        labels = sorted({(impl, d) for impl, _, d in series})
         for (impl, dtype, d), points in sorted(series.items()):
             points.sort()
             colour = f"C{labels.index((impl, d)) % 10}"
@@ -901,6 +1221,163 @@ def plot(records: list[dict[str, Any]], args: argparse.Namespace, path: pathlib.
     return f"plot written to {path}"
 
 
+ITEMSIZE = {"float32": 4, "float64": 8, "complex64": 8, "complex128": 16}
+
+
+def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: list[int],
+                 records: list[dict[str, Any]], settings: dict[str, Any],
+                 out: pathlib.Path) -> list[dict[str, Any]]:
+    """--largest: per dtype, the largest N at which jaxmg (mg) potrs runs on the most devices.
+
+    From the largest --sizes value, N doubles until a call fails (out of memory, or any
+    other error), then the gap is bisected in steps of LARGEST_STEP; a size the table
+    measured (it ran, or ran out of memory) is taken from there. Each other trial is one
+    call (no warm-up, so its time includes compiling) in a fresh worker; trials whose A
+    alone cannot fit are not run. The
+    dtypes share --largest-budget seconds; a trial still running when its share is
+    spent is killed, and the search reports what it found so far."""
+    d = max(device_counts)
+    on_cpu = info["platform"] == "cpu"
+    pool = info["device_memory_bytes"][0] if on_cpu else sum(info["device_memory_bytes"][:d])
+    totals = info.get("device_total_bytes")
+    physical = pool if on_cpu else (sum(totals[:d]) if totals else None)
+    by_key = {(r["routine"], r["dtype"], r["n"], r["devices"], r["impl"]): r for r in records}
+    ids = itertools.count(max([r["id"] for r in records], default=0) + 1)
+    env = worker_env("ours", d, info, args.mem_fraction)
+    trial_settings = {**settings, "repeats": 1, "warmup": False}
+    end = time.monotonic() + args.largest_budget
+    found = []
+    for index, dtype in enumerate(args.dtypes):
+        share_end = time.monotonic() + max(0.0, end - time.monotonic()) / (len(args.dtypes) - index)
+        itemsize = ITEMSIZE[dtype]
+        trials: list[dict[str, Any]] = []
+
+        def trial(n: int) -> str:
+            """Runs potrs at n: "ok", "fail" (OOM or another error) or "budget"."""
+            entry: dict[str, Any] = {"n": n, "matrix_bytes": n * n * itemsize}
+            reason = too_big(n, itemsize, pool, on_cpu)  # as the worker would decide
+            known = by_key.get(("potrs", dtype, n, d, MG))
+            if known and (known["status"] == "ok" or (known["status"] == "oom"
+                                                      and known.get("attempted", True))):
+                entry.update(from_table=True, **{k: known[k] for k in (
+                    "status", "median_ms", "residual", "error") if known.get(k) is not None})
+                trials.append(entry)
+                return "ok" if known["status"] == "ok" else "fail"
+            if reason:
+                entry.update(status="oom", attempted=False, error=reason)
+            elif time.monotonic() >= share_end:
+                return "budget"
+            else:
+                task = Task(next(ids), "potrs", dtype, n, d, MG)
+                result: dict[str, Any] = {"status": "error", "error": "no result"}
+                started = time.monotonic()
+                for event in run_worker("ours", [task], trial_settings, env,
+                                        out / "logs" / f"largest-{d}dev.log", args.task_timeout,
+                                        deadline=share_end):
+                    if event["event"] == "result":
+                        result = event
+                entry["wall_s"] = round(time.monotonic() - started, 1)
+                entry["status"] = result["status"]
+                for key in ("median_ms", "residual", "error", "note", "engine", "tile", "attempted"):
+                    if result.get(key) is not None:
+                        entry[key] = result[key]
+                if "time budget ran out" in str(result.get("error")):
+                    entry["status"] = "budget"
+            trials.append(entry)
+            line = f"--largest {dtype} N={n} devices={d}: "
+            if entry["status"] == "ok":
+                line += f"ran, first call {entry['median_ms'] / 1e3:.1f} s (incl. compile)"
+            else:
+                line += f"{entry['status']}: {entry.get('error') or entry.get('note')}"
+            print(line, flush=True)
+            return {"ok": "ok", "budget": "budget"}.get(entry["status"], "fail")
+
+        lo, hi, stopped = 0, None, None
+        first = max(args.sizes)
+        outcome = trial(first)  # from the table when it was measured there
+        if outcome == "ok":
+            lo = first
+        elif outcome == "fail":
+            hi = first
+        else:
+            stopped = "budget"
+        while stopped is None and hi is None:
+            outcome = trial(2 * lo)
+            if outcome == "ok":
+                lo *= 2
+            elif outcome == "fail":
+                hi = 2 * lo
+            else:
+                stopped = "budget"
+        while stopped is None and hi - lo > LARGEST_STEP:
+            mid = (lo + hi) // 2 // LARGEST_STEP * LARGEST_STEP
+            mid = mid if mid > lo else lo + LARGEST_STEP
+            if mid >= hi:
+                break
+            outcome = trial(mid)
+            if outcome == "ok":
+                lo = mid
+            elif outcome == "fail":
+                hi = mid
+            else:
+                stopped = "budget"
+        best = next((t for t in trials if t["n"] == lo and t["status"] == "ok"), None)
+        bound = next((t for t in trials if t["n"] == hi), None) if hi is not None else None
+        matrix = lo * lo * itemsize
+        found.append({
+            "dtype": dtype, "devices": d, "impl": MG, "largest_n": lo or None,
+            "matrix_bytes": matrix,
+            "fraction_of_total_memory": matrix / physical if physical else None,
+            "fraction_of_jax_pool": matrix / pool,
+            "total_memory_bytes": physical, "jax_pool_bytes": pool,
+            "time_ms": best.get("median_ms") if best else None,
+            "time_from_table": bool(best and best.get("from_table")),
+            "smallest_failing_n": hi,
+            "failure": (bound or {}).get("error") or (bound or {}).get("note"),
+            "failure_status": (bound or {}).get("status"),
+            "complete": stopped is None, "trials": trials,
+        })
+    return found
+
+
+def largest_lines(found: list[dict[str, Any]], args: argparse.Namespace, on_cpu: bool) -> list[str]:
+    if not found:
+        return []
+    memory = "host memory" if on_cpu else "total GPU memory"
+    lines = [f"Largest N for potrs, jaxmg (mg) on {found[0]['devices']} device(s) (one call per "
+             f"trial, steps of {LARGEST_STEP}, budget {args.largest_budget:.0f} s):"]
+    for f in found:
+        head = f"  {f['dtype']}: "
+        if not f["largest_n"]:
+            text = head + "no N ran"
+            if f["smallest_failing_n"]:
+                text += f" (N={f['smallest_failing_n']}: {f['failure_status']}: {f['failure']})"
+            if not f["complete"]:
+                text += "; search cut short by the time budget"
+            lines.append(text)
+            continue
+        text = head + f"N={f['largest_n']} ran"
+        if f["time_ms"] is not None:
+            text += f" ({f['time_ms'] / 1e3:.1f} s, " + (
+                "median in the table)" if f["time_from_table"] else "one call incl. compiling)")
+        text += f"; A = {f['matrix_bytes'] / 2**30:.1f} GiB = "
+        if f["fraction_of_total_memory"] is not None:
+            text += (f"{f['fraction_of_total_memory']:.1%} of the {memory} "
+                     f"({f['total_memory_bytes'] / 2**30:.1f} GiB)")
+            if not on_cpu:
+                text += f", {f['fraction_of_jax_pool']:.1%} of JAX's pool"
+        else:
+            text += f"{f['fraction_of_jax_pool']:.1%} of JAX's pool ({f['jax_pool_bytes'] / 2**30:.1f} GiB)"
+        if f["smallest_failing_n"]:
+            text += f"; N={f['smallest_failing_n']}: {f['failure_status']}"
+            if f["failure"]:
+                text += f" ({f['failure']})"
+        if not f["complete"]:
+            text += "; search cut short by the time budget"
+        lines.append(text)
+    return lines
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.worker:
@@ -911,7 +1388,7 @@ def main(argv: list[str] | None = None) -> None:
         args.sizes = sorted(args.sizes + [OVERHEAD_N])
         print(f"--per-call-overhead: added N={OVERHEAD_N} to the sizes", flush=True)
     scratch = pathlib.Path(tempfile.mkdtemp(prefix="jaxmg-bench-"))
-    info = probe_machine(scratch / "probe.log")
+    info = probe_machine(scratch / "probe.log", args.mem_fraction)
     out = args.out or REPO_ROOT / "results" / f"{started:%Y-%m-%d}-{info['platform']}"
     out.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)
@@ -928,14 +1405,15 @@ def main(argv: list[str] | None = None) -> None:
           f"devices {device_counts}; output {out}", flush=True)
 
     settings = {"tile": args.tile, "repeats": args.repeats, "budget_s": args.budget,
-                "peer_path": str(args.peer_path.resolve()) if args.peer_path else None}
+                "peer_path": str(args.peer_path.resolve()) if args.peer_path else None,
+                "mem_fraction": args.mem_fraction, "donate": args.donate}
     plan = plan_tasks(args, device_counts)
     tasks = {t.id: t for _, _, group in plan for t in group}
     total, done = len(tasks), 0
     records: list[dict[str, Any]] = []
     libraries: dict[str, Any] = {}
     for kind, d, group in plan:
-        env = worker_env(kind, d, info)
+        env = worker_env(kind, d, info, args.mem_fraction)
         for event in run_worker(kind, group, settings, env, out / "logs" / f"{kind}-{d}dev.log",
                                 args.task_timeout):
             if event["event"] == "library":
@@ -956,6 +1434,11 @@ def main(argv: list[str] | None = None) -> None:
         print(note)
     if args.per_call_overhead:
         print("\n" + "\n".join(overhead_lines(records, device_counts, args)))
+    largest: list[dict[str, Any]] = []
+    if args.largest:
+        print(f"\n--largest: searching for up to {args.largest_budget:.0f} s", flush=True)
+        largest = find_largest(args, info, device_counts, records, settings, out)
+        print("\n" + "\n".join(largest_lines(largest, args, info["platform"] == "cpu")))
 
     report = {
         "date": started.isoformat(timespec="seconds"),
@@ -966,6 +1449,7 @@ def main(argv: list[str] | None = None) -> None:
         "settings": {**settings, "routines": args.routines, "sizes": args.sizes, "dtypes": args.dtypes,
                      "devices": device_counts, "tolerance": "100 * sqrt(N) * eps"},
         "results": records,
+        "largest": largest or None,
         "table": table.splitlines(),
         "notes": notes,
         "elapsed_s": round((datetime.datetime.now() - started).total_seconds(), 1),

@@ -43,3 +43,15 @@ def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str
     if placement.n_devices == 1 or n < GPU_CROSSOVER[routine]:
         return "jax"
     return "jaxmg"
+
+
+# cusolverMgGetrf (cuSOLVER 12.0.4, H200) rejects T_A = 1024 with
+# CUSOLVER_STATUS_INVALID_VALUE for the matrix descriptor; 256 is verified.
+GPU_LU_MAX_TILE = 256
+
+
+def lu_tile(tile: int, placement: dist.Placement) -> int:
+    """The tile the LU engine can take on this platform."""
+    if collective.platform_of(placement) == "cuda":
+        return min(tile, GPU_LU_MAX_TILE)
+    return tile

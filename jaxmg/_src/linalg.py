@@ -56,7 +56,10 @@ def _layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layou
         )
     n = dist.check_square(a, placement, "a")
     engine = dispatch.choose(routine, n, placement, backend)
-    return Layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
+    tile = dist.choose_tile(n, placement.n_devices, tile)
+    if routine == "getrf" and engine == "jaxmg":
+        tile = dispatch.lu_tile(tile, placement)
+    return Layout(placement, n, tile, engine)
 
 
 def _check_assume_a(assume_a):
