@@ -199,6 +199,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
         rows = mesh.axis_names[0]
     if rows not in mesh.axis_names:
         raise ValueError(f"jaxmg: spec names axis {rows!r}, not in the mesh axes {mesh.axis_names}")
+    _check_one_process(mesh)
     others = {ax: size for ax, size in mesh.shape.items() if ax != rows and size > 1}
     if others:
         raise ValueError(
@@ -207,6 +208,18 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
             "jax.make_mesh((n,), ('x',))"
         )
     return Placement(mesh, rows, manual=False)
+
+
+def _check_one_process(mesh: Mesh) -> None:
+    here = jax.process_index()
+    processes = sorted({d.process_index for d in mesh.devices.flat})
+    if processes != [here]:
+        raise NotImplementedError(
+            f"jaxmg: the mesh spans processes {processes}. jaxmg drives the devices of one "
+            "process (one process over all local GPUs, or host CPU devices); one process per "
+            "device and several nodes (CUDA IPC, cuSOLVERMp) are not available yet. Build the "
+            "mesh from jax.local_devices()"
+        )
 
 
 def _manual_placement(abstract, mesh, spec, name: str) -> Placement:
