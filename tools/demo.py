@@ -1,8 +1,10 @@
 """The main job: a real distributed solve on the devices present.
 
-Generates an SPD and a Hermitian matrix row-sharded over every device (8
-forced host CPU devices when there is no GPU), runs potrs, potri and syevd,
-and prints the layout, residuals and times.
+Generates an SPD, a Hermitian and a general matrix row-sharded over every
+device (8 forced host CPU devices when there is no GPU), runs the Cholesky
+solve, SPD inverse, eigendecomposition, LU solve and log-determinant, and a
+Gaussian-process style gradient through the sharded factor, and prints the
+layout, residuals and times.
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ def main() -> None:
     spd = (m @ m.conj().T / n + np.eye(n)).astype(dtype)
     herm = ((m + m.conj().T) / 2).astype(dtype)
     b = rng.standard_normal((n, 4)).astype(dtype)
+    gen = (m / np.sqrt(n) + 3 * np.eye(n)).astype(dtype)
 
     rows = P("x", None) if n % n_dev == 0 else P()
     kw = {} if n % n_dev == 0 else {"mesh": mesh, "spec": P("x", None)}
     a = jax.device_put(spd, NamedSharding(mesh, rows))
     h = jax.device_put(herm, NamedSharding(mesh, rows))
+    g = jax.device_put(gen, NamedSharding(mesh, rows))
 
     print("\nblock-cyclic layout: which device holds each tile of T_A columns")
     n_tiles = n_pad // tile
@@ -86,15 +90,44 @@ def main() -> None:
     r_syevd = np.linalg.norm(herm @ v - v * w) / np.linalg.norm(herm)
     r_orth = np.linalg.norm(v.conj().T @ v - np.eye(n)) / np.sqrt(n)
 
+    lu = jaxmg.lu_factor(g, tile_size=args.tile, **kw)
+    x_lu, t_lu = timed(lambda: jaxmg.lu_solve(jaxmg.lu_factor(g, tile_size=args.tile, **kw), jnp.asarray(b)))
+    x_lu = np.asarray(x_lu)
+    r_lu = np.linalg.norm(gen @ x_lu - b) / (np.linalg.norm(gen) * np.linalg.norm(x_lu))
+    (sign, logabs), t_det = timed(lambda: jaxmg.slogdet(g, tile_size=args.tile, **kw))
+    sign_ref, logabs_ref = np.linalg.slogdet(gen)
+    r_det = abs(float(logabs) - logabs_ref) / abs(logabs_ref) + abs(complex(sign) - sign_ref)
+
+    # d/dA [ 1/2 y^H A^-1 y + 1/2 log det A ]  =  1/2 (A^-1 - A^-1 y y^H A^-1)^T
+    y = jnp.asarray(b[:, 0])
+
+    def nll(a):
+        f = jaxmg.cho_factor(a, tile_size=args.tile, **kw)
+        return 0.5 * jnp.real(jnp.vdot(y, jaxmg.cho_solve(f, y))) + 0.5 * jaxmg.cho_logdet(f)
+
+    with jax.set_mesh(mesh):
+        grad = jax.jit(jax.grad(nll))
+        gr, t_grad = timed(lambda: grad(a))
+    inv_ref = np.linalg.inv(spd)
+    z = inv_ref @ b[:, 0]
+    expected = 0.5 * (inv_ref - np.outer(z, z.conj())).T
+    if dtype.kind == "c":
+        expected = np.conj(expected)  # JAX's gradient convention for complex inputs
+    r_grad = np.linalg.norm(np.asarray(gr) - expected) / np.linalg.norm(expected)
+
     print(f"\n{'routine':<8} {'time (s)':>10} {'residual':>12} {'residual/eps':>13}  check")
     for name, t, r in [
         ("potrs", t_potrs, r_potrs),
         ("potri", t_potri, r_potri),
         ("syevd", t_syevd, max(r_syevd, r_orth)),
+        ("lu", t_lu, r_lu),
+        ("slogdet", t_det, r_det),
+        ("grad", t_grad, r_grad),
     ]:
         print(f"{name:<8} {t:>10.4f} {r:>12.2e} {r / eps:>13.1f}  {'ok' if r < 1e3 * eps * n else 'FAILED'}")
     v_dev = jaxmg.syevd(h, tile_size=args.tile, **kw)[1]
-    print(f"\npotrs info={int(info)}; input a: {a.sharding.spec}; eigenvectors: {v_dev.sharding.spec}")
+    print(f"\npotrs info={int(info)}; input a: {a.sharding.spec}; eigenvectors: {v_dev.sharding.spec}; "
+          f"gradient: {gr.sharding.spec}; LU factor info={int(lu.info)}")
 
 
 if __name__ == "__main__":
