@@ -109,6 +109,7 @@ struct Shard {
   T* x = nullptr;              // solution, b's layout
   const int32_t* piv = nullptr;  // LU pivots in (solver layout)
   int32_t* piv_out = nullptr;  // LU pivots out
+  Real<T>* w = nullptr;        // eigenvalues
   int32_t* info = nullptr;
 };
 
@@ -146,6 +147,13 @@ void ScatterRhs(const std::vector<T>& rhs, const std::vector<void*>& all, int64_
       }
     }
   }
+}
+
+// A failed inverse or eigendecomposition: every participant's block is NaN.
+template <typename T>
+void FillBlocksNaN(const ColumnLayout& layout, const std::vector<void*>& all) {
+  const size_t block_elements = layout.n_cols * (layout.n_cols / layout.n_devices);
+  for (void* v : all) FillNaN(static_cast<T*>(static_cast<Shard<T>*>(v)->a), block_elements);
 }
 
 template <typename T>
@@ -348,30 +356,7 @@ ffi::Error LuSolveImpl(ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<ffi::
 // potri: inverse of an SPD/HPD matrix, returned in A's row-block layout.
 //===--------------------------------------------------------------------===//
 
-template <typename T>
-struct PotriShard {
-  void* a;
-  int32_t* info;
-};
-
 // inv(M) = inv(A)^T, so M's inverse read back row-major is A's inverse.
-template <typename T>
-Status PotriLeader(const ColumnLayout& layout, const std::vector<void*>& all) {
-  using P = PotriShard<T>;
-  const std::vector<char*> blocks = Blocks<P>(all);
-  JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToBlockCyclic));
-  int32_t info = 0;
-  JAXMG_RETURN_IF_ERROR(lapack::Potri(Matrix<T, P>(layout, all), &info));
-  JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToContiguous));
-  const size_t block_elements = layout.n_cols * (layout.n_cols / layout.n_devices);
-  for (void* v : all) {
-    P& p = *static_cast<P*>(v);
-    if (info != 0) FillNaN(static_cast<T*>(p.a), block_elements);
-    *p.info = info;
-  }
-  return Status::Ok();
-}
-
 template <ffi::DataType DT>
 ffi::Error PotriImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> index,
                      ffi::Result<ffi::Buffer<DT>> a_out, ffi::Result<ffi::Buffer<ffi::S32>> info,
@@ -381,48 +366,25 @@ ffi::Error PotriImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
   ColumnLayout layout;
   Status s = CheckMatrixBlock("a", a.dimensions(), site, &layout);
   if (!s.ok()) return ToFfi(s);
-  PotriShard<T> shard{WorkBuffer(a, a_out), info->typed_data()};
-  return ToFfi(rendezvous::Meet(
-      {site.call_id, site.run_id}, site.n_devices, site.index, &shard, site.timeout,
-      [&](const std::vector<void*>& all) { return PotriLeader<T>(layout, all); }));
+  Shard<T> mine;
+  mine.a = WorkBuffer(a, a_out);
+  mine.info = info->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    const std::vector<char*> blocks = Blocks<Shard<T>>(all);
+    JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToBlockCyclic));
+    int32_t status = 0;
+    JAXMG_RETURN_IF_ERROR(lapack::Potri(Matrix<T, Shard<T>>(layout, all), &status));
+    JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToContiguous));
+    if (status != 0) FillBlocksNaN<T>(layout, all);
+    PublishInfo<T>(all, status);
+    return Status::Ok();
+  });
 }
 
 //===--------------------------------------------------------------------===//
 // syevd: eigenvalues (ascending) and optionally eigenvectors. The vectors of
 // M = conj(A) are conj(V); read back row-major the blocks hold rows of V^H.
 //===--------------------------------------------------------------------===//
-
-template <typename T>
-struct SyevdShard {
-  void* a;
-  Real<T>* w;
-  int32_t* info;
-};
-
-template <typename T>
-Status SyevdLeader(const ColumnLayout& layout, bool vectors, const std::vector<void*>& all) {
-  using P = SyevdShard<T>;
-  const std::vector<char*> blocks = Blocks<P>(all);
-  JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToBlockCyclic));
-  const int64_t n = layout.n_cols;
-  std::vector<Real<T>> w(n);
-  int32_t info = 0;
-  JAXMG_RETURN_IF_ERROR(lapack::Syevd(Matrix<T, P>(layout, all), w.data(), vectors, &info));
-  if (vectors) {
-    JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToContiguous));
-  }
-  for (void* v : all) {
-    P& p = *static_cast<P*>(v);
-    if (info == 0) {
-      std::copy(w.begin(), w.end(), p.w);
-    } else {
-      FillNaN(p.w, n);
-      if (vectors) FillNaN(static_cast<T*>(p.a), n * (n / layout.n_devices));
-    }
-    *p.info = info;
-  }
-  return Status::Ok();
-}
 
 template <ffi::DataType DT>
 ffi::Error SyevdImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> index,
@@ -438,10 +400,33 @@ ffi::Error SyevdImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
   if (static_cast<int64_t>(w->element_count()) != layout.n_cols) {
     return ffi::Error::InvalidArgument("jaxmg: w must hold N eigenvalues");
   }
-  SyevdShard<T> shard{WorkBuffer(a, a_out), w->typed_data(), info->typed_data()};
-  return ToFfi(rendezvous::Meet(
-      {site.call_id, site.run_id}, site.n_devices, site.index, &shard, site.timeout,
-      [&](const std::vector<void*>& all) { return SyevdLeader<T>(layout, vectors, all); }));
+  Shard<T> mine;
+  mine.a = WorkBuffer(a, a_out);
+  mine.w = w->typed_data();
+  mine.info = info->typed_data();
+  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+    const std::vector<char*> blocks = Blocks<Shard<T>>(all);
+    JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToBlockCyclic));
+    const int64_t n = layout.n_cols;
+    std::vector<Real<T>> values(n);
+    int32_t status = 0;
+    JAXMG_RETURN_IF_ERROR(
+        lapack::Syevd(Matrix<T, Shard<T>>(layout, all), values.data(), vectors, &status));
+    if (vectors) {
+      JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToContiguous));
+      if (status != 0) FillBlocksNaN<T>(layout, all);
+    }
+    for (void* v : all) {
+      Real<T>* out = static_cast<Shard<T>*>(v)->w;
+      if (status == 0) {
+        std::copy(values.begin(), values.end(), out);
+      } else {
+        FillNaN(out, n);
+      }
+    }
+    PublishInfo<T>(all, status);
+    return Status::Ok();
+  });
 }
 
 //===--------------------------------------------------------------------===//
