@@ -4,6 +4,7 @@ the matrix is sharded over, tile size and padding."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import math
 import os
@@ -127,6 +128,11 @@ def sharding_of(x):
     return getattr(x, "sharding", None)
 
 
+@functools.lru_cache(maxsize=64)
+def _single_device_mesh(device) -> Mesh:
+    return Mesh(np.array([device]), ("rows",))
+
+
 def _underlying_array(x):
     """The concrete array under eager transformation tracers (grad, jvp,
     vmap outside jit), or None under jit, where there is none."""
@@ -170,7 +176,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     if mesh is None and not isinstance(a, jax.core.Tracer) and sharding is not None and len(
         sharding.device_set
     ) == 1:
-        mesh = Mesh(np.array(list(sharding.device_set)), ("rows",))
+        mesh = _single_device_mesh(next(iter(sharding.device_set)))
     if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
         mesh = context_concrete_mesh()
     if mesh is None and isinstance(a, jax.core.Tracer):

@@ -189,8 +189,9 @@ def _failed_to_nan(x, info):
 def _cho_solve_impl(factor, info, b, *, layout: Layout, b_sharded: bool):
     if layout.engine == "jax":
         b_spec = P(layout.placement.axis, None) if b_sharded else P()
+        # JAX's factor of a matrix that is not positive definite is NaN already.
         x = jsl.cho_solve((factor, False), dist.constrain(b, layout.placement, P()))
-        return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
+        return dist.constrain_result(x, layout.placement, b_spec)
     x, b_spec = _solve_blocks("cholsolve", (factor, b), layout, b_sharded)
     return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
 

@@ -216,14 +216,16 @@ def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool):
     return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
 
 
-def _solve_pos_core(a, b, layout: Layout, b_sharded: bool):
+def _solve_pos_core(a, b, layout: Layout, b_sharded: bool, with_info: bool = True):
     f = factors.cholesky(a, layout)
-    return _cho_solve_core(f, b, b_sharded), f.info
+    x = _cho_solve_core(f, b, b_sharded)
+    # Without info, XLA drops the work that computes it (the "jax" engine's NaN scan).
+    return (x, f.info) if with_info else (x, None)
 
 
 # One compiled program per call site and shapes: an eager call costs one dispatch.
 _cho_solve = jax.jit(_cho_solve_core, static_argnames=("b_sharded",))
-solve_pos = jax.jit(_solve_pos_core, static_argnames=("layout", "b_sharded"))
+solve_pos = jax.jit(_solve_pos_core, static_argnames=("layout", "b_sharded", "with_info"))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -355,9 +357,13 @@ def solve(
             f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but a has {jnp.dtype(a.dtype).name}; "
             "cast with b.astype(a.dtype)"
         )
-    run = solve_pos if pos else _solve_gen
-    x, info = run(a, b, layout=layout, b_sharded=factors.is_row_sharded(b, layout.placement))
-    report(info, on_failure, _NOT_SPD if pos else _SINGULAR)
+    b_sharded = factors.is_row_sharded(b, layout.placement)
+    if pos:
+        x, info = solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=on_failure != "nan")
+    else:
+        x, info = _solve_gen(a, b, layout=layout, b_sharded=b_sharded)
+    if on_failure != "nan":
+        report(info, on_failure, _NOT_SPD if pos else _SINGULAR)
     return x
 
 

@@ -77,7 +77,8 @@ def potrs(
 
         layout = factors.Layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
         x, info = linalg.solve_pos(
-            a, b, layout=layout, b_sharded=factors.is_row_sharded(b, placement)
+            a, b, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
+            with_info=bool(return_info),
         )
         return (x, info) if return_info else x
     x = x[:, 0] if vector else x
