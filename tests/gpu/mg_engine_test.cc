@@ -1,7 +1,7 @@
 // The cuSOLVERMg engine driven directly, without XLA: n participants whose
 // buffers may all sit on one GPU (device list "0,0,0,0"), as cuSOLVERMg
 // accepts repeated devices. Checks tile placement after the in-place
-// conversion, then potrs / potri / syevd results against host arithmetic.
+// conversion, then potrs / potri / syevd / LU results against host arithmetic.
 //
 // Usage: mg_engine_test <cuda library dirs, ':'-separated> [device list]
 // Runs only where a GPU is (tools/gpu_check); tagged manual in Bazel.
@@ -183,6 +183,84 @@ void CheckPotrs(jaxmg::mg::Context& ctx, const std::vector<int>& devices, const 
   Cuda().cudaFree(stage);
 }
 
+// LU of a general matrix, then op(M) X = B for op = N (cusolverMgGetrs) and
+// T (jaxmg's own tile solves), B replicated on every participant.
+template <typename T>
+void CheckLu(jaxmg::mg::Context& ctx, const std::vector<int>& devices, const ColumnLayout& l,
+             std::mt19937_64& rng) {
+  const int64_t n = l.n_cols, k = 2;
+  std::vector<T> m(n * n);
+  for (auto& v : m) v = Random<T>(rng) / static_cast<Real<T>>(std::sqrt(double(n)));
+  for (int64_t i = 0; i < n; ++i) m[i + i * n] += T(3);
+  int64_t lw_getrf = 0, lw_getrs = 0;
+  Participants<T> probe(devices, l, 0);
+  OK(jaxmg::mg::WorkspaceElements<T>(ctx, jaxmg::mg::Routine::kGetrf, l, 0, probe.shards[0].a,
+                                     &lw_getrf));
+  OK(jaxmg::mg::WorkspaceElements<T>(ctx, jaxmg::mg::Routine::kGetrs, l, k, probe.shards[0].a,
+                                     &lw_getrs));
+  Participants<T> p(devices, l, std::max(lw_getrf, lw_getrs));
+  p.Upload(m, l);
+  std::vector<int32_t*> piv;
+  for (int d = 0; d < l.n_devices; ++d) {
+    void* q = nullptr;
+    CHECK(Cuda().cudaSetDevice(devices[d]) == cudaSuccess);
+    CHECK(Cuda().cudaMalloc(&q, (n / l.n_devices) * sizeof(int32_t)) == cudaSuccess);
+    piv.push_back(static_cast<int32_t*>(q));
+  }
+  int32_t info = -1;
+  OK(jaxmg::mg::Getrf<T>(ctx, l, p.shards, piv, &info));
+  CHECK(info == 0);
+  std::vector<T> b(n * k);
+  for (auto& v : b) v = Random<T>(rng);
+  void *bd = nullptr, *stage = nullptr;
+  std::vector<void*> xs;
+  CHECK(Cuda().cudaSetDevice(devices[0]) == cudaSuccess);
+  CHECK(Cuda().cudaMalloc(&bd, n * k * sizeof(T)) == cudaSuccess);
+  CHECK(Cuda().cudaMalloc(&stage, 2 * n * k * sizeof(T)) == cudaSuccess);
+  CHECK(Cuda().cudaMemcpy(bd, b.data(), n * k * sizeof(T), cudaMemcpyHostToDevice) == cudaSuccess);
+  jaxmg::mg::Rhs<T> rhs;
+  rhs.sharded = false;
+  rhs.k = k;
+  for (int d = 0; d < l.n_devices; ++d) {
+    void* xd = nullptr;
+    CHECK(Cuda().cudaSetDevice(devices[d]) == cudaSuccess);
+    CHECK(Cuda().cudaMalloc(&xd, n * k * sizeof(T)) == cudaSuccess);
+    rhs.b.push_back(static_cast<T*>(bd));
+    rhs.x.push_back(static_cast<T*>(xd));
+    xs.push_back(xd);
+  }
+  rhs.stage = static_cast<T*>(stage);
+  rhs.columns = rhs.stage + n * k;
+  for (cublasOperation_t op : {CUBLAS_OP_N, CUBLAS_OP_T}) {
+    OK(jaxmg::mg::Getrs<T>(ctx, l, p.shards, piv, op, false, rhs));
+    for (int d = 0; d < l.n_devices; ++d) {
+      std::vector<T> x(n * k);  // row-major n x k, as every participant receives it
+      CHECK(Cuda().cudaMemcpy(x.data(), rhs.x[d], n * k * sizeof(T), cudaMemcpyDeviceToHost) ==
+            cudaSuccess);
+      double err = 0, scale = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t c = 0; c < k; ++c) {
+          T mx{};
+          for (int64_t j = 0; j < n; ++j) {
+            const T mij = op == CUBLAS_OP_N ? m[i + j * n] : m[j + i * n];
+            mx += mij * x[j * k + c];
+          }
+          err = std::max(err, double(std::abs(mx - b[i * k + c])));
+          scale = std::max(scale, double(std::abs(b[i * k + c])));
+        }
+      }
+      if (d == 0) {
+        std::printf("  getrs  op %s residual %.2e\n", op == CUBLAS_OP_N ? "N" : "T", err / scale);
+      }
+      CHECK(err / scale < 1e3 * n * Eps<T>());
+    }
+  }
+  for (void* v : xs) Cuda().cudaFree(v);
+  for (int32_t* q : piv) Cuda().cudaFree(q);
+  Cuda().cudaFree(bd);
+  Cuda().cudaFree(stage);
+}
+
 template <typename T>
 void CheckPotriSyevd(jaxmg::mg::Context& ctx, const std::vector<int>& devices,
                      const ColumnLayout& l, const std::vector<T>& a) {
@@ -263,6 +341,7 @@ void Run(const char* name, const std::vector<int>& devices, int64_t n, int64_t t
   CheckLayout<T>(*ctx, devices, l, a);
   CheckPotrs<T>(*ctx, devices, l, a, rng);
   CheckPotriSyevd<T>(*ctx, devices, l, a);
+  CheckLu<T>(*ctx, devices, l, rng);
   // Last: the next Run reuses this context, so it also checks that a failed
   // factorisation leaves the context usable.
   CheckNotPositiveDefinite<T>(*ctx, devices, l, a);
