@@ -21,7 +21,14 @@ DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 def mesh(n_devices: int, axis: str = "x", first: int = 0):
     """A 1-D mesh over devices [first, first + n_devices)."""
     devices = jax.devices()[first : first + n_devices]
-    assert len(devices) == n_devices, f"need {first + n_devices} devices, have {len(jax.devices())}"
+    if len(devices) != n_devices:
+        message = f"needs {first + n_devices} devices, {len(jax.devices())} present"
+        # GPU runs of the CPU suites (tools/gpu_check) have only the GPUs there are.
+        if os.environ.get("JAXMG_TEST_ALLOW_FEWER_DEVICES"):
+            import pytest
+
+            pytest.skip(message)
+        raise AssertionError(message)
     return jax.make_mesh((n_devices,), (axis,), devices=devices)
 
 
