@@ -108,3 +108,13 @@ def test_jaxmg_on_a_mesh_across_processes_is_refused(tmp_path):
     for rank in (0, 1):
         assert f"[rank {rank}] refused: jaxmg: the mesh spans processes [0, 1]" in result.stdout
         assert f"[rank {rank}] local solve 0.5" in result.stdout
+
+
+def test_one_gpu_per_process_names_each_rank_its_device(tmp_path):
+    result = launch(tmp_path, """
+        import os
+        print("device", os.environ["JAXMG_LOCAL_DEVICE_IDS"], "rank", os.environ["JAXMG_PROCESS_ID"])
+    """, n=3, extra=("--one-gpu-per-process",))
+    assert result.returncode == 0, result.stderr[-2000:]
+    for rank in range(3):
+        assert f"[rank {rank}] device {rank} rank {rank}" in result.stdout
