@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import jax
+import jax.extend
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -142,3 +143,18 @@ def run_python(code: str, *, devices: int = 2, timeout: float = 120, env: dict |
     return subprocess.run(
         [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=timeout
     )
+
+
+def ffi_targets(closed_jaxpr) -> list[str]:
+    """The FFI targets a closed jaxpr calls, nested jaxprs included, one per call."""
+    found = []
+
+    def walk(jx):
+        for eqn in jx.eqns:
+            if "target_name" in eqn.params:
+                found.append(str(eqn.params["target_name"]))
+            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(closed_jaxpr.jaxpr)
+    return found

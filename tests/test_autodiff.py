@@ -20,7 +20,6 @@ import functools
 import re
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -407,20 +406,6 @@ def test_gradient_wrt_uneven_a(rng):
 # ---- costs and special points ---------------------------------------------------------
 
 
-def _ffi_targets(jaxpr):
-    found = []
-
-    def walk(jx):
-        for eqn in jx.eqns:
-            if "target_name" in eqn.params:
-                found.append(str(eqn.params["target_name"]))
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
-    return found
-
-
 @pytest.mark.parametrize("assume_a", ["gen", "pos"])
 def test_gradient_costs_one_factorisation(rng, assume_a):
     """The tangent and cotangent solves reuse the factor: the gradient of a
@@ -431,7 +416,7 @@ def test_gradient_costs_one_factorisation(rng, assume_a):
     loss = lambda a, b: jnp.sum(jaxmg.solve(a, b, assume_a=assume_a) ** 2)  # noqa: E731
     with jax.set_mesh(mesh):
         jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(helpers.rows(a, mesh), b)
-    targets = _ffi_targets(jaxpr)
+    targets = helpers.ffi_targets(jaxpr)
     factorisation = "potrf" if assume_a == "pos" else "getrf"
     assert sum(1 for t in targets if re.fullmatch(rf"jaxmg_d{factorisation}_\w+", t)) == 1, targets
 

@@ -10,7 +10,6 @@ jax.jit); on_failure = "nan" / "raise" / "checkify"; argument errors."""
 import re
 
 import jax
-import jax.extend
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -158,21 +157,6 @@ def test_rhs_layout(rng, routine, devices, rhs, layout):
 # ---- factor reuse ----------------------------------------------------------------
 
 
-def _ffi_targets(jaxpr):
-    """The FFI targets a (closed) jaxpr calls, nested jaxprs included, one per call."""
-    found = []
-
-    def walk(jx):
-        for eqn in jx.eqns:
-            if "target_name" in eqn.params:
-                found.append(str(eqn.params["target_name"]))
-            for sub in jax.extend.core.jaxprs_in_params(eqn.params):
-                walk(sub)
-
-    walk(jaxpr.jaxpr)
-    return found
-
-
 def count(targets, routine):
     return sum(1 for t in targets if re.fullmatch(rf"jaxmg_[sdcz]{routine}_\w+", t))
 
@@ -190,9 +174,9 @@ def test_factor_reuse(rng, dtype, routine):
         check_solution(a, solve(f, helpers.replicated(b, mesh)), b, dtype)
     b = helpers.replicated(helpers.random_matrix(rng, n, dtype, 2), mesh)
     factorisation = "potrf" if routine == "cho_solve" else "getrf"
-    one_solve = _ffi_targets(jax.make_jaxpr(solve)(f, b))
+    one_solve = helpers.ffi_targets(jax.make_jaxpr(solve)(f, b))
     assert count(one_solve, factorisation) == 0, one_solve
-    three = _ffi_targets(jax.make_jaxpr(lambda f, b: [solve(f, b * k) for k in range(3)])(f, b))
+    three = helpers.ffi_targets(jax.make_jaxpr(lambda f, b: [solve(f, b * k) for k in range(3)])(f, b))
     assert count(three, factorisation) == 0, three
     assert count(three, "cholsolve" if routine == "cho_solve" else "lusolve") >= 3, three
 

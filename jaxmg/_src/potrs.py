@@ -110,9 +110,11 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
     return dist.unpad(x, placement, n, (0,)), info[0], factor
 
 
-_STATIC = ("placement", "tile", "b_sharded", "engine")
-_potrs = jax.jit(_potrs_impl, static_argnames=_STATIC)
-_potrs_donating = jax.jit(_potrs_impl, static_argnames=_STATIC, donate_argnums=0)
+# The one-call factor-and-solve serves donated calls (no derivatives); other
+# calls go through linalg.solve_pos.
+_potrs_donating = jax.jit(
+    _potrs_impl, static_argnames=("placement", "tile", "b_sharded", "engine"), donate_argnums=0
+)
 
 
 def _potrs_blocks(a, b, placement, tile):
