@@ -11,7 +11,9 @@ fails, the others are stopped and the launcher exits with that rank's status,
 so a crashed peer never leaves the rest waiting.
 
 On GPUs, ``--one-gpu-per-process`` gives process i the GPU i alone (through
-``local_device_ids``). Several nodes are launched by their own tools (Slurm's
+``local_device_ids``); ``--gpus 0,0,1,1`` names each rank's GPU, so several
+processes may share one (each then gets an equal part of its memory, unless
+XLA_PYTHON_CLIENT_MEM_FRACTION is set). Several nodes are launched by their own tools (Slurm's
 ``srun``, ``mpirun``): ``jax.distributed.initialize()`` reads those
 environments itself, and :func:`initialize` defers to it there.
 """
@@ -80,18 +82,26 @@ def _stop(procs, grace: float) -> None:
 
 
 def run(n: int, command: list[str], *, one_gpu_per_process: bool = False,
-        timeout: float | None = None, grace: float = 5.0) -> int:
+        gpus: list[int] | None = None, timeout: float | None = None, grace: float = 5.0) -> int:
     """Runs `command` as n ranks; returns 0, or the status of the first rank
-    that failed (124 if the job ran past `timeout` seconds)."""
+    that failed (124 if the job ran past `timeout` seconds). `gpus[i]` is rank
+    i's GPU."""
     if n < 1:
         raise ValueError(f"jaxmg.launch: -n must be at least 1, got {n}")
+    if one_gpu_per_process and gpus is None:
+        gpus = list(range(n))
+    if gpus is not None and len(gpus) != n:
+        raise ValueError(f"jaxmg.launch: --gpus names {len(gpus)} GPUs for {n} processes")
+    sharing = {g: gpus.count(g) for g in gpus} if gpus is not None else {}
     address = f"127.0.0.1:{_free_port()}"
     lock = threading.Lock()
     procs, pumps = [], []
     for rank in range(n):
         env = dict(os.environ, **{COORDINATOR: address, NUM_PROCESSES: str(n), PROCESS_ID: str(rank)})
-        if one_gpu_per_process:
-            env[LOCAL_DEVICE] = str(rank)
+        if gpus is not None:
+            env[LOCAL_DEVICE] = str(gpus[rank])
+            if sharing[gpus[rank]] > 1 and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
+                env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / sharing[gpus[rank]]:.3f}"
         p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              text=True, bufsize=1)
         procs.append(p)
@@ -126,6 +136,16 @@ def run(n: int, command: list[str], *, one_gpu_per_process: bool = False,
     return status
 
 
+def _gpu_list(text: str) -> list[int]:
+    try:
+        gpus = [int(g) for g in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--gpus takes comma-separated GPU numbers, got {text!r}")
+    if any(g < 0 for g in gpus):
+        raise argparse.ArgumentTypeError(f"--gpus takes GPU numbers >= 0, got {text!r}")
+    return gpus
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jaxmg.launch",
@@ -135,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-n", "--nprocs", type=int, required=True, help="number of processes")
     parser.add_argument("--one-gpu-per-process", action="store_true",
                         help="process i sees only GPU i (local_device_ids=[i])")
+    parser.add_argument("--gpus", type=_gpu_list, metavar="LIST",
+                        help="rank i uses GPU LIST[i], e.g. 0,1,2,3, or 0,0 to share GPU 0")
     parser.add_argument("--timeout", type=float, help="stop the job after this many seconds")
     parser.add_argument("program", help="a Python script, or -m module")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
@@ -147,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         command = [sys.executable, args.program, *args.args]
     try:
         return run(args.nprocs, command, one_gpu_per_process=args.one_gpu_per_process,
-                   timeout=args.timeout)
+                   gpus=args.gpus, timeout=args.timeout)
     except ValueError as e:
         parser.error(str(e))
         return 2

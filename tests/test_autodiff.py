@@ -413,7 +413,7 @@ def test_gradient_costs_one_factorisation(rng, assume_a):
     dtype, mesh = np.float64, helpers.mesh(2)
     a = helpers.spd(rng, N, dtype, CONDITION) if assume_a == "pos" else general(rng, N, dtype)
     b = helpers.replicated(helpers.random_matrix(rng, N, dtype, 2), mesh)
-    loss = lambda a, b: jnp.sum(jaxmg.solve(a, b, assume_a=assume_a) ** 2)  # noqa: E731
+    loss = lambda a, b: jnp.sum(jaxmg.solve(a, b, assume_a=assume_a, backend="jaxmg") ** 2)  # noqa: E731
     with jax.set_mesh(mesh):
         jaxpr = jax.make_jaxpr(jax.grad(loss, argnums=(0, 1)))(helpers.rows(a, mesh), b)
     targets = helpers.ffi_targets(jaxpr)

@@ -1,6 +1,7 @@
 """python -m jaxmg.launch: N local processes joined by jax.distributed, output
 prefixed by rank, a failing rank stops the job with its status, and a jaxmg
-call on a mesh spanning processes fails with a clear message."""
+call on a mesh with several devices in each of several processes fails with a
+clear message."""
 
 from __future__ import annotations
 
@@ -85,7 +86,7 @@ def test_not_launched_is_a_no_op():
     assert result.stdout.strip() == "False", result.stderr[-2000:]
 
 
-def test_jaxmg_on_a_mesh_across_processes_is_refused(tmp_path):
+def test_several_devices_per_process_across_processes_is_refused(tmp_path):
     result = launch(tmp_path, """
         import jax, numpy as np
         import jaxmg, jaxmg.launch
@@ -106,7 +107,8 @@ def test_jaxmg_on_a_mesh_across_processes_is_refused(tmp_path):
     """)
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
-        assert f"[rank {rank}] refused: jaxmg: the mesh spans processes [0, 1]" in result.stdout
+        assert (f"[rank {rank}] refused: jaxmg: the mesh spans processes [0, 1] with several devices "
+                "in one process") in result.stdout
         assert f"[rank {rank}] local solve 0.5" in result.stdout
 
 
@@ -118,3 +120,21 @@ def test_one_gpu_per_process_names_each_rank_its_device(tmp_path):
     assert result.returncode == 0, result.stderr[-2000:]
     for rank in range(3):
         assert f"[rank {rank}] device {rank} rank {rank}" in result.stdout
+
+
+def test_gpus_lets_ranks_share_a_gpu(tmp_path):
+    result = launch(tmp_path, """
+        import os
+        print("device", os.environ["JAXMG_LOCAL_DEVICE_IDS"], "fraction",
+              os.environ.get("XLA_PYTHON_CLIENT_MEM_FRACTION", "unset"))
+    """, n=3, extra=("--gpus", "0,0,1"))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "[rank 0] device 0 fraction 0.450" in result.stdout
+    assert "[rank 1] device 0 fraction 0.450" in result.stdout
+    assert "[rank 2] device 1 fraction unset" in result.stdout
+
+
+def test_gpus_must_name_one_gpu_per_rank(tmp_path):
+    result = launch(tmp_path, "pass\n", n=3, extra=("--gpus", "0,1"))
+    assert result.returncode == 2
+    assert "--gpus names 2 GPUs for 3 processes" in result.stderr

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmg._src import distribution, library
+from jaxmg._src import distribution, library, processes
 
 
 _PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}
@@ -34,16 +34,24 @@ def platform_of(placement: distribution.Placement) -> str:
     return _PLATFORMS[platform]
 
 
-def _device_ids(placement: distribution.Placement) -> np.ndarray:
-    """CUDA ordinals of the devices along the axis, in axis order."""
+def _axis_devices(placement: distribution.Placement, why: str):
+    """The devices along the call's axis, in axis order."""
     mesh = _concrete_mesh(placement)
     if mesh is None:
         raise ValueError(
-            "jaxmg: inside shard_map on GPUs, pass mesh= (the concrete jax.sharding.Mesh) or "
+            f"jaxmg: inside shard_map {why}, pass mesh= (the concrete jax.sharding.Mesh) or "
             "call under `with jax.set_mesh(mesh):`"
         )
-    axis_devices = np.moveaxis(mesh.devices, mesh.axis_names.index(placement.axis), 0).reshape(-1)
-    return np.array([d.local_hardware_id for d in axis_devices], dtype=np.int64)
+    return list(np.moveaxis(mesh.devices, mesh.axis_names.index(placement.axis), 0).reshape(-1))
+
+
+def _register_processes(placement: distribution.Placement, call_id: int) -> None:
+    """A call over devices of several processes meets over the job channel."""
+    if jax.process_count() == 1:
+        return
+    devices = _axis_devices(placement, "across processes")
+    if len({d.process_index for d in devices}) > 1:
+        processes.register_call(call_id, processes.check_one_device_per_process(devices))
 
 
 def call(routine: str, placement, operands, results, *, tile: int, alias=True, **attrs):
@@ -59,9 +67,12 @@ def call(routine: str, placement, operands, results, *, tile: int, alias=True, *
     platform = platform_of(placement)
     if platform == "cuda":
         library.cuda_library()
-        attrs["device_ids"] = _device_ids(placement)
+        devices = _axis_devices(placement, "on GPUs")
+        attrs["device_ids"] = np.array([processes.ordinal(d) for d in devices], dtype=np.int64)
     else:
         library.library()
+    call_id = distribution.next_call_id()
+    _register_processes(placement, call_id)
     index = jax.lax.axis_index(placement.axis).astype(jnp.int32)
     # The layout conversion moves bytes: one target serves every dtype.
     if routine == "layout":
@@ -79,7 +90,7 @@ def call(routine: str, placement, operands, results, *, tile: int, alias=True, *
         index,
         n_devices=np.int64(placement.n_devices),
         tile=np.int64(tile),
-        call_id=np.int64(distribution.next_call_id()),
+        call_id=np.int64(call_id),
         timeout_ms=np.int64(distribution.timeout_ms()),
         **attrs,
     )

@@ -217,15 +217,13 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
 
 
 def _check_one_process(mesh: Mesh) -> None:
-    here = jax.process_index()
-    processes = sorted({d.process_index for d in mesh.devices.flat})
-    if processes != [here]:
-        raise NotImplementedError(
-            f"jaxmg: the mesh spans processes {processes}. jaxmg drives the devices of one "
-            "process (one process over all local GPUs, or host CPU devices); one process per "
-            "device and several nodes (CUDA IPC, cuSOLVERMp) are not available yet. Build the "
-            "mesh from jax.local_devices()"
-        )
+    """Within one process jaxmg takes any of its devices; across processes,
+    one device per process."""
+    devices = list(mesh.devices.flat)
+    if len({d.process_index for d in devices}) > 1:
+        from jaxmg._src import processes
+
+        processes.check_one_device_per_process(devices)
 
 
 def _manual_placement(abstract, mesh, spec, name: str) -> Placement:

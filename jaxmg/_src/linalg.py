@@ -164,8 +164,13 @@ def _eye(layout: Layout, dtype):
     sharding allows no uneven shards), and whether it is."""
     placement = layout.placement
     sharded = not (dist.is_explicit(placement) and layout.n % placement.n_devices)
-    eye = jnp.eye(layout.n, dtype=dtype)
-    return dist.constrain(eye, placement, layout.row_spec if sharded else P()), sharded
+    spec = layout.row_spec if sharded else P()
+    if placement.manual:
+        return jnp.eye(layout.n, dtype=dtype), sharded
+    # Built in place on the mesh: an eager identity would live on one device,
+    # which a mesh spanning processes cannot take.
+    make = functools.partial(jnp.eye, layout.n, dtype=dtype)
+    return jax.jit(make, out_shardings=NamedSharding(placement.mesh, spec))(), sharded
 
 
 # --------------------------------------------------------------------------

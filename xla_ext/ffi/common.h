@@ -7,10 +7,13 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "xla/ffi/api/ffi.h"
 #include "xla_ext/common/status.h"
 #include "xla_ext/layout/block_cyclic.h"
+#include "xla_ext/rendezvous/processes.h"
+#include "xla_ext/rendezvous/rendezvous.h"
 
 namespace jaxmg::ffi_common {
 
@@ -45,6 +48,26 @@ inline Status CheckMatrixBlock(const char* name, ffi::Span<const int64_t> dims,
   }
   *out = layout::ColumnLayout{dims[1], site.tile, site.n_devices};
   return out->Validate();
+}
+
+// Meets the call's other participants: the threads of this process, or other
+// processes when Python registered the call as spanning processes (then
+// `transport` carries the buffers; without one the call stays in-process).
+inline Status MeetParticipants(const CallSite& site, void* mine, processes::Transport* transport,
+                               const rendezvous::LeaderWork& work) {
+  std::vector<int32_t> owners;
+  if (processes::CallProcesses(site.call_id, &owners)) {
+    if (transport == nullptr) {
+      return Status::Error("jaxmg: this target runs within one process only");
+    }
+    if (static_cast<int32_t>(owners.size()) != site.n_devices) {
+      return Errorf("jaxmg: call ", site.call_id, " was registered with ", owners.size(),
+                    " processes for ", site.n_devices, " devices");
+    }
+    return processes::Meet(site.call_id, owners, mine, site.timeout, *transport, work);
+  }
+  return rendezvous::Meet({site.call_id, site.run_id}, site.n_devices, site.index, mine,
+                          site.timeout, work);
 }
 
 // The attributes every target takes, in order.

@@ -4,6 +4,8 @@
 // participant's outputs.
 #include <complex>
 #include <cstring>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -90,9 +92,8 @@ ffi::Error LayoutImpl(ffi::RunId run, ffi::AnyBuffer a, ffi::Buffer<ffi::S32> in
   const size_t elem_bytes = ffi::ByteWidth(a.element_type());
   const Direction direction =
       to_block_cyclic ? Direction::kToBlockCyclic : Direction::kToContiguous;
-  return ToFfi(rendezvous::Meet(
-      {site.call_id, site.run_id}, site.n_devices, site.index, &shard, site.timeout,
-      [&](const std::vector<void*>& all) {
+  return ToFfi(ffi_common::MeetParticipants(
+      site, &shard, nullptr, [&](const std::vector<void*>& all) {
         return Convert(layout, Blocks<LayoutShard>(all), elem_bytes, direction);
       }));
 }
@@ -101,7 +102,8 @@ ffi::Error LayoutImpl(ffi::RunId run, ffi::AnyBuffer a, ffi::Buffer<ffi::S32> in
 // potrs: Cholesky factor + solve. A's blocks keep the factor, block-cyclic.
 //===--------------------------------------------------------------------===//
 
-// One participant's buffers; a routine uses the ones it needs.
+// One participant's buffers; a routine uses the ones it needs. The byte
+// counts let the cross-process transport copy them.
 template <typename T>
 struct Shard {
   void* a = nullptr;           // matrix block (or the factor, read-only)
@@ -111,6 +113,94 @@ struct Shard {
   int32_t* piv_out = nullptr;  // LU pivots out
   Real<T>* w = nullptr;        // eigenvalues
   int32_t* info = nullptr;
+  uint64_t a_bytes = 0, b_bytes = 0, x_bytes = 0, piv_bytes = 0, piv_out_bytes = 0, w_bytes = 0;
+  bool a_written = false;      // a comes back (false for a factor that is only read)
+};
+
+// Across processes on CPUs the leader works on copies: a follower sends its
+// inputs, the leader answers with the outputs, which the follower writes back.
+template <typename T>
+class HostCopyTransport : public processes::Transport {
+ public:
+  explicit HostCopyTransport(Shard<T>* mine) : mine_(mine) {}
+
+  Status Export(std::string* request) override {
+    const Shard<T>& m = *mine_;
+    const uint64_t sizes[] = {m.a_bytes, m.b_bytes, m.x_bytes, m.piv_bytes, m.piv_out_bytes,
+                              m.w_bytes, m.a_written ? 1u : 0u, m.info ? 1u : 0u};
+    request->append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
+    request->append(static_cast<const char*>(m.a), m.a_bytes);
+    request->append(reinterpret_cast<const char*>(m.b), m.b_bytes);
+    request->append(reinterpret_cast<const char*>(m.piv), m.piv_bytes);
+    return Status::Ok();
+  }
+
+  Status Import(int index, const std::string& request, void** payload) override {
+    uint64_t sizes[8];
+    if (request.size() < sizeof(sizes)) return Status::Error("jaxmg: short request");
+    std::memcpy(sizes, request.data(), sizeof(sizes));
+    if (request.size() != sizeof(sizes) + sizes[0] + sizes[1] + sizes[3]) {
+      return Status::Error("jaxmg: a follower's request does not match its sizes");
+    }
+    Copy& c = copies_[index];
+    const char* in = request.data() + sizeof(sizes);
+    c.a.assign(in, in + sizes[0]);
+    c.b.assign(in + sizes[0], in + sizes[0] + sizes[1]);
+    c.piv.assign(in + sizes[0] + sizes[1], in + sizes[0] + sizes[1] + sizes[3]);
+    c.x.assign(sizes[2], 0);
+    c.piv_out.assign(sizes[4], 0);
+    c.w.assign(sizes[5], 0);
+    Shard<T>& s = c.shard;
+    s.a = sizes[0] ? c.a.data() : nullptr;
+    s.b = sizes[1] ? reinterpret_cast<const T*>(c.b.data()) : nullptr;
+    s.x = sizes[2] ? reinterpret_cast<T*>(c.x.data()) : nullptr;
+    s.piv = sizes[3] ? reinterpret_cast<const int32_t*>(c.piv.data()) : nullptr;
+    s.piv_out = sizes[4] ? reinterpret_cast<int32_t*>(c.piv_out.data()) : nullptr;
+    s.w = sizes[5] ? reinterpret_cast<Real<T>*>(c.w.data()) : nullptr;
+    s.info = sizes[7] ? &c.info : nullptr;
+    s.a_bytes = sizes[0];
+    s.a_written = sizes[6] != 0;
+    *payload = &s;
+    return Status::Ok();
+  }
+
+  Status Reply(int index, std::string* reply) override {
+    Copy& c = copies_[index];
+    if (c.shard.a_written) reply->append(c.a.data(), c.a.size());
+    reply->append(c.x.data(), c.x.size());
+    reply->append(c.piv_out.data(), c.piv_out.size());
+    reply->append(c.w.data(), c.w.size());
+    if (c.shard.info) reply->append(reinterpret_cast<const char*>(&c.info), sizeof(c.info));
+    copies_.erase(index);
+    return Status::Ok();
+  }
+
+  Status Apply(const std::string& reply) override {
+    Shard<T>& m = *mine_;
+    const uint64_t expected = (m.a_written ? m.a_bytes : 0) + m.x_bytes + m.piv_out_bytes +
+                              m.w_bytes + (m.info ? sizeof(int32_t) : 0);
+    if (reply.size() != expected) return Status::Error("jaxmg: the leader's answer is malformed");
+    const char* in = reply.data();
+    auto take = [&in](void* out, uint64_t bytes) {
+      if (bytes) std::memcpy(out, in, bytes);
+      in += bytes;
+    };
+    if (m.a_written) take(m.a, m.a_bytes);
+    take(m.x, m.x_bytes);
+    take(m.piv_out, m.piv_out_bytes);
+    take(m.w, m.w_bytes);
+    if (m.info) take(m.info, sizeof(int32_t));
+    return Status::Ok();
+  }
+
+ private:
+  struct Copy {
+    std::vector<char> a, b, x, piv, piv_out, w;
+    int32_t info = 0;
+    Shard<T> shard;
+  };
+  Shard<T>* mine_;
+  std::map<int, Copy> copies_;
 };
 
 // B arrives row-sharded (rows_b = N / n per participant) or replicated
@@ -194,10 +284,10 @@ Status CheckRhs(ffi::Span<const int64_t> b_dims, const ColumnLayout& layout, int
 }
 
 // Runs `leader` over every participant's Shard once all have arrived.
-template <typename Leader>
-ffi::Error Collective(const CallSite& site, void* mine, Leader&& leader) {
-  return ToFfi(rendezvous::Meet({site.call_id, site.run_id}, site.n_devices, site.index, mine,
-                                site.timeout, std::forward<Leader>(leader)));
+template <typename T, typename Leader>
+ffi::Error Collective(const CallSite& site, Shard<T>& mine, Leader&& leader) {
+  HostCopyTransport<T> transport(&mine);
+  return ToFfi(ffi_common::MeetParticipants(site, &mine, &transport, std::forward<Leader>(leader)));
 }
 
 //===--------------------------------------------------------------------===//
@@ -219,10 +309,14 @@ ffi::Error PotrsImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<DT> b,
   const int64_t rows_b = b.dimensions()[0], k = b.dimensions()[1];
   Shard<T> mine;
   mine.a = WorkBuffer(a, a_out);
+  mine.a_bytes = a.size_bytes();
+  mine.a_written = true;
   mine.b = b.typed_data();
+  mine.b_bytes = b.size_bytes();
   mine.x = x->typed_data();
+  mine.x_bytes = x->size_bytes();
   mine.info = info->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     const int64_t n = layout.n_cols;
     JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<Shard<T>>(all), sizeof(T),
                                   Direction::kToBlockCyclic));
@@ -251,8 +345,10 @@ ffi::Error PotrfImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
   if (!s.ok()) return ToFfi(s);
   Shard<T> mine;
   mine.a = WorkBuffer(a, a_out);
+  mine.a_bytes = a.size_bytes();
+  mine.a_written = true;
   mine.info = info->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<Shard<T>>(all), sizeof(T),
                                   Direction::kToBlockCyclic));
     int32_t status = 0;
@@ -276,9 +372,12 @@ ffi::Error CholSolveImpl(ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<DT>
   const int64_t rows_b = b.dimensions()[0], k = b.dimensions()[1];
   Shard<T> mine;
   mine.a = factor.untyped_data();
+  mine.a_bytes = factor.size_bytes();
   mine.b = b.typed_data();
+  mine.b_bytes = b.size_bytes();
   mine.x = x->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  mine.x_bytes = x->size_bytes();
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     const int64_t n = layout.n_cols;
     std::vector<T> rhs = GatherRhs<T>(all, n, rows_b, k, b_sharded, true);
     JAXMG_RETURN_IF_ERROR(lapack::CholSolve(Matrix<T, Shard<T>>(layout, all), rhs.data(), k));
@@ -308,9 +407,12 @@ ffi::Error GetrfImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
   if (!s.ok()) return ToFfi(s);
   Shard<T> mine;
   mine.a = WorkBuffer(a, a_out);
+  mine.a_bytes = a.size_bytes();
+  mine.a_written = true;
   mine.piv_out = piv->typed_data();
+  mine.piv_out_bytes = piv->size_bytes();
   mine.info = info->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     JAXMG_RETURN_IF_ERROR(Convert(layout, Blocks<Shard<T>>(all), sizeof(T),
                                   Direction::kToBlockCyclic));
     std::vector<int32_t> ipiv(layout.n_cols);
@@ -337,10 +439,14 @@ ffi::Error LuSolveImpl(ffi::RunId run, ffi::Buffer<DT> factor, ffi::Buffer<ffi::
   const int64_t rows_b = b.dimensions()[0], k = b.dimensions()[1];
   Shard<T> mine;
   mine.a = factor.untyped_data();
+  mine.a_bytes = factor.size_bytes();
   mine.piv = piv.typed_data();
+  mine.piv_bytes = piv.size_bytes();
   mine.b = b.typed_data();
+  mine.b_bytes = b.size_bytes();
   mine.x = x->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  mine.x_bytes = x->size_bytes();
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     const int64_t n = layout.n_cols;
     const bool conj = trans == 2;
     std::vector<T> rhs = GatherRhs<T>(all, n, rows_b, k, b_sharded, conj);
@@ -368,8 +474,10 @@ ffi::Error PotriImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
   if (!s.ok()) return ToFfi(s);
   Shard<T> mine;
   mine.a = WorkBuffer(a, a_out);
+  mine.a_bytes = a.size_bytes();
+  mine.a_written = true;
   mine.info = info->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     const std::vector<char*> blocks = Blocks<Shard<T>>(all);
     JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToBlockCyclic));
     int32_t status = 0;
@@ -402,9 +510,12 @@ ffi::Error SyevdImpl(ffi::RunId run, ffi::Buffer<DT> a, ffi::Buffer<ffi::S32> in
   }
   Shard<T> mine;
   mine.a = WorkBuffer(a, a_out);
+  mine.a_bytes = a.size_bytes();
+  mine.a_written = true;
   mine.w = w->typed_data();
+  mine.w_bytes = w->size_bytes();
   mine.info = info->typed_data();
-  return Collective(site, &mine, [&](const std::vector<void*>& all) -> Status {
+  return Collective(site, mine, [&](const std::vector<void*>& all) -> Status {
     const std::vector<char*> blocks = Blocks<Shard<T>>(all);
     JAXMG_RETURN_IF_ERROR(Convert(layout, blocks, sizeof(T), Direction::kToBlockCyclic));
     const int64_t n = layout.n_cols;

@@ -2,7 +2,12 @@
 // per GPU). Each participant sizes and takes its workspace from XLA's scratch
 // allocator on its own GPU, waits for its stream, and meets the others; the
 // leader then drives cuSOLVERMg over every participant's buffers.
+#include <algorithm>
 #include <complex>
+#include <map>
+#include <mutex>
+#include <string>
+#include <type_traits>
 #include <cstring>
 #include <vector>
 
@@ -12,6 +17,7 @@
 #include "xla_ext/engines/mg/engine.h"
 #include "xla_ext/ffi/common.h"
 #include "xla_ext/layout/block_cyclic.h"
+#include "xla_ext/rendezvous/processes.h"
 #include "xla_ext/rendezvous/rendezvous.h"
 #include "xla_ext/vendor/cuda.h"
 
@@ -43,10 +49,18 @@ Status Begin(ffi::RunId run, int32_t ordinal, ffi::Span<const int64_t> device_id
   }
   std::vector<int> devices(device_ids.begin(), device_ids.end());
   int index = -1;
-  for (size_t i = 0; i < devices.size(); ++i) {
-    if (devices[i] == ordinal) index = static_cast<int>(i);
+  std::vector<int32_t> owners;
+  if (processes::CallProcesses(call_id, &owners)) {
+    // One process per GPU: a process's place is its rank's (the same GPU may
+    // serve several processes).
+    auto it = std::find(owners.begin(), owners.end(), processes::ProcessIndex());
+    if (it != owners.end() && devices.size() == owners.size()) index = it - owners.begin();
+  } else {
+    for (size_t i = 0; i < devices.size(); ++i) {
+      if (devices[i] == ordinal) index = static_cast<int>(i);
+    }
   }
-  if (index < 0) {
+  if (index < 0 || devices[index] != ordinal) {
     return Errorf("jaxmg: GPU ", ordinal, " runs a jaxmg call but is not in its device list");
   }
   p->site = CallSite{run.run_id, call_id, static_cast<int32_t>(devices.size()), index, tile,
@@ -134,6 +148,116 @@ Status Lead(Context& ctx, Fn&& work) {
   return work();
 }
 
+// Across processes (one per GPU) the leader reaches the followers' buffers
+// through CUDA IPC: a follower sends, for each pointer of its payload, the IPC
+// handle of the allocation holding it and the offset into it; the leader maps
+// each allocation once (cached: XLA's allocator keeps few, long-lived ones)
+// and works in the followers' memory directly. Nothing comes back.
+struct IpcEntry {
+  cudaIpcMemHandle_t handle;
+  uint64_t offset;
+  int32_t present;
+  int32_t ordinal;
+};
+
+Status ExportPointer(void* ptr, int ordinal, IpcEntry* e) {
+  const cuda::Api& api = cuda::api();
+  *e = IpcEntry{};
+  if (ptr == nullptr) return Status::Ok();
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  const CUresult r =
+      api.cuMemGetAddressRange_v2(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
+  if (r != CUDA_SUCCESS) {
+    return Errorf("jaxmg: cuMemGetAddressRange failed (CUresult ", static_cast<int>(r),
+                  ") on a buffer of GPU ", ordinal);
+  }
+  const cudaError_t c = api.cudaIpcGetMemHandle(&e->handle, reinterpret_cast<void*>(base));
+  if (c != cudaSuccess) {
+    return Errorf("jaxmg: cudaIpcGetMemHandle failed on a buffer of GPU ", ordinal, ": ",
+                  api.cudaGetErrorString(c),
+                  ". Across processes jaxmg shares XLA's buffers through CUDA IPC, which needs "
+                  "the default (BFC) allocator: unset XLA_PYTHON_CLIENT_ALLOCATOR");
+  }
+  e->offset = reinterpret_cast<uintptr_t>(ptr) - base;
+  e->present = 1;
+  e->ordinal = ordinal;
+  return Status::Ok();
+}
+
+Status ImportPointer(const IpcEntry& e, void** out) {
+  static std::mutex mu;
+  static auto* mapped = new std::map<std::string, void*>();
+  *out = nullptr;
+  if (!e.present) return Status::Ok();
+  const std::string key(reinterpret_cast<const char*>(&e.handle), sizeof(e.handle));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = mapped->find(key);
+  if (it == mapped->end()) {
+    mg::DeviceGuard guard;
+    const cuda::Api& api = cuda::api();
+    void* base = nullptr;
+    JAXMG_CUDA(api.cudaSetDevice(e.ordinal));
+    JAXMG_CUDA(api.cudaIpcOpenMemHandle(&base, e.handle, cudaIpcMemLazyEnablePeerAccess));
+    it = mapped->emplace(key, base).first;
+  }
+  *out = static_cast<char*>(it->second) + e.offset;
+  return Status::Ok();
+}
+
+template <typename P>
+class IpcTransport : public processes::Transport {
+  static_assert(std::is_trivially_copyable_v<P> && sizeof(P) % sizeof(void*) == 0,
+                "a CUDA payload holds device pointers only");
+  static constexpr size_t kPointers = sizeof(P) / sizeof(void*);
+
+ public:
+  IpcTransport(P* mine, int ordinal) : mine_(mine), ordinal_(ordinal) {}
+
+  Status Export(std::string* request) override {
+    void* pointers[kPointers];
+    std::memcpy(pointers, mine_, sizeof(P));
+    IpcEntry entries[kPointers];
+    for (size_t i = 0; i < kPointers; ++i) {
+      JAXMG_RETURN_IF_ERROR(ExportPointer(pointers[i], ordinal_, &entries[i]));
+    }
+    request->assign(reinterpret_cast<const char*>(entries), sizeof(entries));
+    return Status::Ok();
+  }
+
+  Status Import(int index, const std::string& request, void** payload) override {
+    IpcEntry entries[kPointers];
+    if (request.size() != sizeof(entries)) {
+      return Status::Error("jaxmg: a follower's request does not match this call's payload");
+    }
+    std::memcpy(entries, request.data(), sizeof(entries));
+    void* pointers[kPointers];
+    for (size_t i = 0; i < kPointers; ++i) {
+      JAXMG_RETURN_IF_ERROR(ImportPointer(entries[i], &pointers[i]));
+    }
+    P& p = imported_[index];
+    std::memcpy(&p, pointers, sizeof(P));
+    *payload = &p;
+    return Status::Ok();
+  }
+
+  Status Reply(int, std::string*) override { return Status::Ok(); }
+  Status Apply(const std::string&) override { return Status::Ok(); }
+
+ private:
+  P* mine_;
+  int ordinal_;
+  std::map<int, P> imported_;
+};
+
+// Meets the call's other participants: threads of this process (SPMD) or
+// other processes through CUDA IPC (one process per GPU).
+template <typename P>
+Status MeetAll(const Prologue& p, int ordinal, P* mine, const rendezvous::LeaderWork& work) {
+  IpcTransport<P> transport(mine, ordinal);
+  return ffi_common::MeetParticipants(p.site, mine, &transport, work);
+}
+
 //===--------------------------------------------------------------------===//
 // potrs
 //===--------------------------------------------------------------------===//
@@ -172,8 +296,7 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                    &mine.shard, leader ? 2 * n * k : 0, leader ? &mine.stage : nullptr);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(rendezvous::Meet(
-      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+  return ToFfi(MeetAll(p, ordinal, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           mg::Rhs<T> rhs;
@@ -218,8 +341,7 @@ ffi::Error PotrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, Routine::kPotrf, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(rendezvous::Meet(
-      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+  return ToFfi(MeetAll(p, ordinal, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           int32_t status = 0;
@@ -246,8 +368,7 @@ ffi::Error GetrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, Routine::kGetrf, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(rendezvous::Meet(
-      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+  return ToFfi(MeetAll(p, ordinal, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           std::vector<int32_t*> pivots;
@@ -289,8 +410,7 @@ ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAll
     PotrsShard<T> rhs;
     const int32_t* piv;
   } me{mine, piv};
-  return ToFfi(rendezvous::Meet(
-      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &me, p.site.timeout,
+  return ToFfi(MeetAll(p, ordinal, &me,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           mg::Rhs<T> rhs;
@@ -377,8 +497,7 @@ ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, Routine::kPotri, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(rendezvous::Meet(
-      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+  return ToFfi(MeetAll(p, ordinal, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           int32_t status = 0;
@@ -409,8 +528,7 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, routine, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(rendezvous::Meet(
-      {p.site.call_id, p.site.run_id}, p.site.n_devices, p.site.index, &mine, p.site.timeout,
+  return ToFfi(MeetAll(p, ordinal, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           std::vector<Real<T>> values(p.layout.n_cols);

@@ -13,18 +13,26 @@ Api* g_api = nullptr;
 
 struct Library {
   const char* what;       // for messages
-  const char* package;    // the pip package that ships it
+  std::string remedy;     // how to get it
   std::vector<const char*> sonames;  // CUDA 13 first, then CUDA 12
 };
 
+std::string FromPip(const char* package) {
+  return std::string("install it with `pip install ") + package +
+         "` (or jax[cuda13]), or put a CUDA toolkit's lib64 on LD_LIBRARY_PATH";
+}
+
 // Dependencies first: cuSOLVERMg needs cuBLAS(Lt) and cudart already loaded
 // when its own directory is not on the loader's path.
-const Library kRuntime{"the CUDA runtime", "nvidia-cuda-runtime",
+const Library kRuntime{"the CUDA runtime", FromPip("nvidia-cuda-runtime"),
                        {"libcudart.so.13", "libcudart.so.12"}};
-const Library kBlasLt{"cuBLASLt", "nvidia-cublas", {"libcublasLt.so.13", "libcublasLt.so.12"}};
-const Library kBlas{"cuBLAS", "nvidia-cublas", {"libcublas.so.13", "libcublas.so.12"}};
-const Library kSolverMg{"cuSOLVERMg", "nvidia-cusolver",
+const Library kBlasLt{"cuBLASLt", FromPip("nvidia-cublas"),
+                      {"libcublasLt.so.13", "libcublasLt.so.12"}};
+const Library kBlas{"cuBLAS", FromPip("nvidia-cublas"), {"libcublas.so.13", "libcublas.so.12"}};
+const Library kSolverMg{"cuSOLVERMg", FromPip("nvidia-cusolver"),
                         {"libcusolverMg.so.12", "libcusolverMg.so.11"}};
+// The driver API gives what the runtime does not (allocation bounds for IPC).
+const Library kDriver{"the CUDA driver", "it comes with the NVIDIA driver", {"libcuda.so.1"}};
 
 std::vector<std::string> Split(const std::string& path) {
   std::vector<std::string> dirs;
@@ -50,9 +58,8 @@ Status Open(const Library& lib, const std::vector<std::string>& dirs, void** han
   std::string searched;
   for (const std::string& dir : dirs) searched += (searched.empty() ? "" : ", ") + dir;
   return Errorf("jaxmg: cannot load ", lib.what, " (", tried, ") from [", searched,
-                "] or the system library path: ", reason ? reason : "not found",
-                ". Install it with `pip install ", lib.package,
-                "` (or jax[cuda13]), or put a CUDA toolkit's lib64 on LD_LIBRARY_PATH.");
+                "] or the system library path: ", reason ? reason : "not found", "; ",
+                lib.remedy, ".");
 }
 
 template <typename Fn>
@@ -68,6 +75,8 @@ Status LoadAll(const std::string& search_path) {
   void* blas_lt = nullptr;
   void* blas = nullptr;
   void* solver = nullptr;
+  void* driver = nullptr;
+  JAXMG_RETURN_IF_ERROR(Open(kDriver, {}, &driver));
   JAXMG_RETURN_IF_ERROR(Open(kRuntime, dirs, &runtime));
   JAXMG_RETURN_IF_ERROR(Open(kBlasLt, dirs, &blas_lt));
   JAXMG_RETURN_IF_ERROR(Open(kBlas, dirs, &blas));
@@ -76,9 +85,12 @@ Status LoadAll(const std::string& search_path) {
 #define JAXMG_RESOLVE_RUNTIME(name) JAXMG_RETURN_IF_ERROR(Resolve(runtime, #name, &table->name));
 #define JAXMG_RESOLVE_BLAS(name) JAXMG_RETURN_IF_ERROR(Resolve(blas, #name, &table->name));
 #define JAXMG_RESOLVE_SOLVER(name) JAXMG_RETURN_IF_ERROR(Resolve(solver, #name, &table->name));
+#define JAXMG_RESOLVE_DRIVER(name) JAXMG_RETURN_IF_ERROR(Resolve(driver, #name, &table->name));
   JAXMG_CUDART_FUNCTIONS(JAXMG_RESOLVE_RUNTIME)
   JAXMG_CUBLAS_FUNCTIONS(JAXMG_RESOLVE_BLAS)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_RESOLVE_SOLVER)
+  JAXMG_CUDA_DRIVER_FUNCTIONS(JAXMG_RESOLVE_DRIVER)
+#undef JAXMG_RESOLVE_DRIVER
 #undef JAXMG_RESOLVE_RUNTIME
 #undef JAXMG_RESOLVE_BLAS
 #undef JAXMG_RESOLVE_SOLVER

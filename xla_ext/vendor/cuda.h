@@ -7,6 +7,7 @@
 
 #define DISABLE_CUSOLVERMG_DEPRECATED
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cusolverMg.h>
 
@@ -22,7 +23,11 @@ namespace jaxmg::cuda {
   X(cudaMemcpyPeerAsync) X(cudaMemcpyAsync) X(cudaMemcpy) X(cudaMemsetAsync)          \
   X(cudaDeviceCanAccessPeer) X(cudaDeviceEnablePeerAccess) X(cudaGetLastError)        \
   X(cudaMalloc) X(cudaFree) X(cudaDeviceSynchronize) X(cudaEventCreateWithFlags)      \
-  X(cudaEventRecord) X(cudaStreamWaitEvent) X(cudaEventDestroy) X(cudaMemGetInfo)
+  X(cudaEventRecord) X(cudaStreamWaitEvent) X(cudaEventDestroy) X(cudaMemGetInfo)       \
+  X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle)
+
+// The driver API, for what the runtime does not expose (allocation bounds).
+#define JAXMG_CUDA_DRIVER_FUNCTIONS(X) X(cuMemGetAddressRange_v2)
 
 #define JAXMG_CUBLAS_FUNCTIONS(X)                                                      \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSgeam)         \
@@ -45,6 +50,7 @@ struct Api {
   JAXMG_CUDART_FUNCTIONS(JAXMG_DECLARE_POINTER)
   JAXMG_CUBLAS_FUNCTIONS(JAXMG_DECLARE_POINTER)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_DECLARE_POINTER)
+  JAXMG_CUDA_DRIVER_FUNCTIONS(JAXMG_DECLARE_POINTER)
 };
 #undef JAXMG_DECLARE_POINTER
 

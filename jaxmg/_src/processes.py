@@ -1,0 +1,115 @@
+"""Calls whose devices live in different processes (one process per device:
+``jax.distributed``, ``python -m jaxmg.launch``, Slurm, mpirun).
+
+The library's participants then meet over a job-private channel instead of
+inside one process. This module opens that channel once per process (its
+name is a random token that process 0 publishes through jax.distributed's
+key-value store, so two jobs on one node never meet), registers each call
+site's processes at trace time, and finds the CUDA ordinals of devices that
+belong to other processes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import json
+import secrets
+
+import jax
+import numpy as np
+
+from jaxmg._src import library
+
+_TOKEN_KEY = "jaxmg/channel_token"
+_ORDINALS_KEY = "jaxmg/ordinals/{}"
+
+
+def _client():
+    from jax._src import distributed
+
+    client = distributed.global_state.client
+    if client is None:
+        raise RuntimeError(
+            "jaxmg: the mesh spans processes but jax.distributed is not initialised in this "
+            "process; call jax.distributed.initialize() (or jaxmg.launch.initialize()) first"
+        )
+    return client
+
+
+def _timeout_ms() -> int:
+    from jaxmg._src import distribution
+
+    return distribution.timeout_ms()
+
+
+@functools.cache
+def open_channel() -> str:
+    """Opens this process's end of the job channel (once); returns the token."""
+    client = _client()
+    me = jax.process_index()
+    if me == 0:
+        client.key_value_set(_TOKEN_KEY, secrets.token_hex(12))
+    token = client.blocking_key_value_get(_TOKEN_KEY, _timeout_ms())
+    ordinals = {d.id: d.local_hardware_id for d in jax.local_devices()}
+    client.key_value_set(_ORDINALS_KEY.format(me), json.dumps(ordinals))
+    lib = library.library()
+    lib.jaxmg_processes_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                         ctypes.c_size_t]
+    lib.jaxmg_processes_open.restype = ctypes.c_int
+    error = ctypes.create_string_buffer(4096)
+    if lib.jaxmg_processes_open(token.encode(), me, error, len(error)):
+        raise RuntimeError(error.value.decode())
+    return token
+
+
+def check_one_device_per_process(devices) -> list[int]:
+    """The process of each device along the call's axis; refuses a process
+    holding several of them (jaxmg meets one device per process across
+    processes)."""
+    owners = [d.process_index for d in devices]
+    if len(set(owners)) != len(owners):
+        counts = {p: owners.count(p) for p in sorted(set(owners))}
+        raise NotImplementedError(
+            f"jaxmg: the mesh spans processes {sorted(set(owners))} with several devices in one "
+            f"process ({counts} devices per process). Across processes jaxmg takes one device "
+            "per process (launch one process per GPU, e.g. `python -m jaxmg.launch -n N "
+            "--one-gpu-per-process`); within one process it takes all of them"
+        )
+    return owners
+
+
+def register_call(call_id: int, owners: list[int]) -> None:
+    """Tells the library that participant i of `call_id` runs in process owners[i]."""
+    open_channel()
+    lib = library.library()
+    array = (ctypes.c_int32 * len(owners))(*owners)
+    lib.jaxmg_register_call.argtypes = [ctypes.c_int64, ctypes.c_int32,
+                                        ctypes.POINTER(ctypes.c_int32)]
+    lib.jaxmg_register_call.restype = None
+    lib.jaxmg_register_call(call_id, len(owners), array)
+
+
+@functools.cache
+def _ordinals_of(process: int) -> dict[int, int]:
+    raw = _client().blocking_key_value_get(_ORDINALS_KEY.format(process), _timeout_ms())
+    return {int(k): v for k, v in json.loads(raw).items()}
+
+
+def ordinal(device) -> int:
+    """The CUDA ordinal of a device, in its own process (other processes'
+    devices report none, so their processes published them)."""
+    if device.process_index == jax.process_index():
+        return int(device.local_hardware_id)
+    open_channel()
+    return int(_ordinals_of(device.process_index)[device.id])
+
+
+def stats() -> dict[str, int]:
+    """Open channel sockets, requests waiting for a meeting, registered calls."""
+    lib = library.library()
+    out = np.zeros(3, dtype=np.int64)
+    lib.jaxmg_processes_stats.argtypes = [ctypes.c_void_p]
+    lib.jaxmg_processes_stats.restype = None
+    lib.jaxmg_processes_stats(out.ctypes.data)
+    return {"connections": int(out[0]), "pending": int(out[1]), "calls": int(out[2])}

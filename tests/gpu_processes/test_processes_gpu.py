@@ -1,0 +1,131 @@
+"""One process per GPU (MPMD) on real GPUs: ranks launched with
+`python -m jaxmg.launch`, each owning one device of the mesh; the leader
+drives cuSOLVERMg over every rank's buffers through CUDA IPC. Several ranks
+may share one GPU (CUDA IPC works between processes on one device, and
+cuSOLVERMg takes the repeated id), so this runs on a one-GPU machine too.
+Each rank checks its own shards against NumPy: ranks sharing a GPU cannot run
+XLA collectives (NCCL refuses two ranks on one GPU)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import GPUS
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+
+JOB = """
+import os, time
+import numpy as np
+import jax, jax.numpy as jnp
+import jaxmg, jaxmg.launch
+from jax.sharding import NamedSharding, PartitionSpec as P
+assert jaxmg.launch.initialize()
+jax.config.update("jax_enable_x64", True)
+from jaxmg._src import processes
+rank, n_ranks = jax.process_index(), jax.process_count()
+assert jax.devices()[0].platform == "gpu"
+mesh = jax.make_mesh((n_ranks,), ("x",))
+N = 1020  # divisible by 2, 3 and 4, and not by the tile
+rng = np.random.default_rng(0)
+
+def put(x, spec):
+    return jax.make_array_from_callback(x.shape, NamedSharding(mesh, spec), lambda i: x[i])
+
+def local(x, want):
+    # This rank's shard of x against the same rows/columns of `want`.
+    shard = x.addressable_shards[0]
+    return np.asarray(shard.data), np.asarray(want)[shard.index]
+
+failures = []
+def check(name, x, want, tol):
+    got, ref = local(x, want)
+    err = np.abs(got - ref).max() / max(1.0, np.abs(ref).max())
+    if not err < tol:
+        failures.append(f"{name}: {err:.3g}")
+
+for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+    tol = 2e4 * np.finfo(dtype).eps
+    m = rng.standard_normal((N, N))
+    if np.iscomplexobj(np.zeros(1, dtype)):
+        m = m + 1j * rng.standard_normal((N, N))
+    A = (m @ m.conj().T / N + np.eye(N)).astype(dtype)
+    G = (m + 3 * N ** 0.5 * np.eye(N)).astype(dtype)
+    B = rng.standard_normal((N, 3)).astype(dtype)
+    a, g = put(A, P("x", None)), put(G, P("x", None))
+    b_rep, b_rows = put(B, P()), put(B, P("x", None))
+    kw = dict(backend="jaxmg")
+    X = np.linalg.solve(A.astype(np.complex128), B)
+    check(f"potrs {dtype.__name__}", jaxmg.potrs(a, b_rep), X, tol)
+    check(f"solve pos {dtype.__name__}", jaxmg.solve(a, b_rows, assume_a="pos", **kw), X, tol)
+    f = jaxmg.cho_factor(a, **kw)
+    check(f"cho_solve {dtype.__name__}", jaxmg.cho_solve(f, b_rows), X, tol)
+    XG = np.linalg.solve(G.astype(np.complex128), B)
+    check(f"solve gen {dtype.__name__}", jaxmg.solve(g, b_rows, **kw), XG, tol)
+    lu = jaxmg.lu_factor(g, **kw)
+    check(f"lu_solve T {dtype.__name__}", jaxmg.lu_solve(lu, b_rows, trans=1),
+          np.linalg.solve(G.T.astype(np.complex128), B), tol)
+    check(f"eigvalsh {dtype.__name__}", jaxmg.eigvalsh(a, **kw), np.linalg.eigvalsh(A), tol)
+    # Vectors: a check needs all of V (a gather, which ranks sharing a GPU
+    # cannot do); this rank's rows must be finite with row norms at most 1.
+    w, v = jaxmg.eigh(a, **kw)
+    check(f"eigh values {dtype.__name__}", w, np.linalg.eigvalsh(A), tol)
+    rows = np.asarray(v.addressable_shards[0].data)
+    if not (np.isfinite(rows).all() and (np.linalg.norm(rows, axis=1) <= 1 + tol).all()):
+        failures.append(f"eigh vectors {dtype.__name__}")
+
+# Failure: NaN and info on every rank.
+bad = put(-np.eye(N), P("x", None))
+x = jaxmg.solve(bad, put(np.ones((N, 1)), P("x", None)), assume_a="pos", backend="jaxmg")
+if not np.isnan(np.asarray(x.addressable_shards[0].data)).all():
+    failures.append("non-SPD: not NaN")
+
+# Repeated calls: no growth in file descriptors, channel state or GPU memory.
+a, b = put(np.eye(N) * 2, P("x", None)), put(np.ones((N, 1)), P())
+step = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=P("x", None)))
+step(a, b).block_until_ready()
+fds = len(os.listdir("/proc/self/fd"))
+used = (jax.local_devices()[0].memory_stats() or {}).get("bytes_in_use", 0)
+t = time.perf_counter()
+for _ in range(1000):
+    x = step(a, b)
+x.block_until_ready()
+per_call = (time.perf_counter() - t) / 1000
+stats = processes.stats()
+if len(os.listdir("/proc/self/fd")) != fds or stats["pending"] != 0:
+    failures.append(f"leak: fds {fds} -> {len(os.listdir('/proc/self/fd'))}, {stats}")
+if (jax.local_devices()[0].memory_stats() or {}).get("bytes_in_use", 0) > used:
+    failures.append("GPU memory grew over 1000 calls")
+print(f"per-call ms {per_call * 1e3:.3f} N={N}", flush=True)
+print("FAILURES" if failures else "ALL OK", failures, flush=True)
+os._exit(1 if failures else 0)
+"""
+
+
+def launch(tmp_path, gpus: str, timeout: float = 400):
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent(JOB))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    n = len(gpus.split(","))
+    return subprocess.run(
+        [sys.executable, "-m", "jaxmg.launch", "-n", str(n), "--gpus", gpus, str(script)],
+        env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
+    )
+
+
+CASES = ["0,0", "0,0,0,0"] + (["0,1", "1,0"] if GPUS >= 2 else [])
+
+
+@pytest.mark.parametrize("gpus", CASES)
+def test_one_process_per_device(tmp_path, gpus):
+    result = launch(tmp_path, gpus)
+    print(result.stdout[-3000:])
+    assert result.returncode == 0, (result.stdout[-4000:], result.stderr[-4000:])
+    for rank in range(len(gpus.split(","))):
+        assert f"[rank {rank}] ALL OK" in result.stdout

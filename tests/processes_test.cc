@@ -1,0 +1,403 @@
+// The cross-process meeting: forked processes meet over their job channel,
+// sum int64 arrays through a copying Transport, leak nothing over many
+// generations, name a missing participant, notice a dead peer quickly, and
+// two jobs with different tokens never mix. (A known bug with abandoned
+// requests is logged, not enforced: see CheckAbandonedRequest.)
+//
+// The parent never calls Open (it starts threads, and fork() must happen
+// while the parent has only one); each child opens its own channel.
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/check.h"
+#include "xla_ext/rendezvous/processes.h"
+
+using jaxmg::Status;
+namespace processes = jaxmg::processes;
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// CHECK, but prints the failed status's message.
+#define CHECK_OK(expr)                                                                  \
+  do {                                                                                  \
+    const Status s_ = (expr);                                                           \
+    if (!s_.ok()) {                                                                     \
+      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,         \
+                   s_.message().c_str());                                               \
+      std::exit(1);                                                                     \
+    }                                                                                   \
+  } while (0)
+
+namespace {
+
+constexpr int kValues = 5;
+constexpr int64_t kCallA = 11;
+constexpr int64_t kCallB = 12;
+
+// Distinct for every (tag, participant, iteration, element), so a request
+// routed to the wrong meeting, participant or job shows up as a wrong value.
+int64_t Value(int64_t tag, int rank, int64_t iteration, int k) {
+  return tag * 1000000000 + rank * 1000000 + iteration * 10 + k;
+}
+
+int64_t Total(int64_t tag, int n, int64_t iteration, int k) {
+  int64_t sum = 0;
+  for (int r = 0; r < n; ++r) sum += Value(tag, r, iteration, k);
+  return sum;
+}
+
+std::vector<int64_t> Values(int64_t tag, int rank, int64_t iteration) {
+  std::vector<int64_t> v(kValues);
+  for (int k = 0; k < kValues; ++k) v[k] = Value(tag, rank, iteration, k);
+  return v;
+}
+
+std::string Encode(const std::vector<int64_t>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
+}
+
+Status Decode(const std::string& bytes, std::vector<int64_t>* v) {
+  if (bytes.size() != kValues * sizeof(int64_t)) {
+    return jaxmg::Errorf("test transport: ", bytes.size(), " bytes instead of ",
+                         kValues * sizeof(int64_t));
+  }
+  v->resize(kValues);
+  std::memcpy(v->data(), bytes.data(), bytes.size());
+  return Status::Ok();
+}
+
+// Copies: a follower's request is its values, the leader keeps a copy per
+// follower as its payload and replies with the copy after the work.
+class CopyTransport : public processes::Transport {
+ public:
+  CopyTransport(std::vector<int64_t>* mine, int64_t tag, int64_t iteration)
+      : mine_(mine), tag_(tag), iteration_(iteration) {}
+
+  Status Export(std::string* request) override {
+    *request = Encode(*mine_);
+    return Status::Ok();
+  }
+  Status Import(int index, const std::string& request, void** payload) override {
+    std::vector<int64_t>& v = imported_[index];
+    JAXMG_RETURN_IF_ERROR(Decode(request, &v));
+    if (v != Values(tag_, index, iteration_)) {
+      return jaxmg::Errorf("test transport: participant ", index, " brought values of another "
+                           "meeting (", v[0], ")");
+    }
+    *payload = &v;
+    return Status::Ok();
+  }
+  Status Reply(int index, std::string* reply) override {
+    *reply = Encode(imported_.at(index));
+    return Status::Ok();
+  }
+  Status Apply(const std::string& reply) override { return Decode(reply, mine_); }
+
+ private:
+  std::vector<int64_t>* mine_;
+  int64_t tag_, iteration_;
+  std::map<int, std::vector<int64_t>> imported_;
+};
+
+Status SumWork(const std::vector<void*>& payloads) {
+  std::vector<int64_t> sum(kValues, 0);
+  for (void* p : payloads) {
+    const auto& v = *static_cast<std::vector<int64_t>*>(p);
+    for (int k = 0; k < kValues; ++k) sum[k] += v[k];
+  }
+  for (void* p : payloads) *static_cast<std::vector<int64_t>*>(p) = sum;
+  return Status::Ok();
+}
+
+// One meeting of participant `rank` of `n`; checks it got the total.
+Status MeetOnce(int64_t call_id, int n, int rank, int64_t tag, int64_t iteration,
+                std::chrono::milliseconds timeout) {
+  std::vector<int32_t> procs(n);
+  for (int i = 0; i < n; ++i) procs[i] = i;
+  std::vector<int64_t> mine = Values(tag, rank, iteration);
+  CopyTransport transport(&mine, tag, iteration);
+  JAXMG_RETURN_IF_ERROR(processes::Meet(call_id, procs, &mine, timeout, transport, SumWork));
+  for (int k = 0; k < kValues; ++k) {
+    if (mine[k] != Total(tag, n, iteration, k)) {
+      return jaxmg::Errorf("participant ", rank, " got ", mine[k], " instead of ",
+                           Total(tag, n, iteration, k));
+    }
+  }
+  return Status::Ok();
+}
+
+void RegisterAll(int n, std::initializer_list<int64_t> calls) {
+  std::vector<int32_t> procs(n);
+  for (int i = 0; i < n; ++i) procs[i] = i;
+  for (int64_t c : calls) processes::RegisterCall(c, procs);
+}
+
+int OpenFds() {
+  DIR* d = opendir("/proc/self/fd");
+  CHECK(d != nullptr);
+  int n = 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+bool Contains(const Status& s, const char* part) {
+  return s.message().find(part) != std::string::npos;
+}
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Unique per test run and scenario, so concurrent runs never share a socket.
+std::string NewToken(const char* scenario) {
+  static int counter = 0;
+  const auto ns = std::chrono::system_clock::now().time_since_epoch().count();
+  return std::string(scenario) + "-" + std::to_string(getpid()) + "-" + std::to_string(ns) + "-" +
+         std::to_string(counter++);
+}
+
+// Runs each body in a forked child; the child's exit status is its verdict.
+// Fails the test on a non-zero status or a child still running at the deadline.
+void RunChildren(const char* scenario, const std::vector<std::function<void()>>& bodies,
+                 std::chrono::seconds deadline = 60s) {
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (const auto& body : bodies) {
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+      body();
+      std::fflush(nullptr);
+      _exit(0);
+    }
+    pids.push_back(pid);
+  }
+  const auto start = Clock::now();
+  const auto end = start + deadline;
+  std::vector<bool> done(pids.size(), false);
+  bool failed = false;
+  for (size_t left = pids.size(); left > 0;) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int status = 0;
+      pid_t r = waitpid(pids[i], &status, WNOHANG);
+      CHECK(r >= 0);
+      if (r == 0) continue;
+      done[i] = true;
+      --left;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        std::fprintf(stderr, "%s: child %zu failed (status 0x%x)\n", scenario, i, status);
+        failed = true;
+      }
+    }
+    if (left > 0 && Clock::now() > end) {
+      for (size_t i = 0; i < pids.size(); ++i) {
+        if (done[i]) continue;
+        std::fprintf(stderr, "%s: child %zu hung; killing it\n", scenario, i);
+        kill(pids[i], SIGKILL);
+        waitpid(pids[i], nullptr, 0);
+      }
+      failed = true;
+      break;
+    }
+    if (left > 0) std::this_thread::sleep_for(2ms);
+  }
+  std::printf("%s: %.2f s\n", scenario, Seconds(start));
+  CHECK(!failed);
+}
+
+// 1. Three processes, two interleaved call sites met 10,000 times each: every
+// meeting sums correctly, and no file descriptor or request piles up.
+void CheckManyGenerations() {
+  constexpr int kN = 3;
+  constexpr int kIterations = 10000;
+  const std::string token = NewToken("generations");
+  std::vector<std::function<void()>> bodies;
+  for (int rank = 0; rank < kN; ++rank) {
+    bodies.push_back([=] {
+      CHECK_OK(processes::Open(token, rank));
+      CHECK(processes::ProcessIndex() == rank);
+      RegisterAll(kN, {kCallA, kCallB});
+      int fds_after_first = -1;
+      for (int it = 0; it < kIterations; ++it) {
+        CHECK_OK(MeetOnce(kCallA, kN, rank, 1, it, 10s));
+        if (it == 0) fds_after_first = OpenFds();
+        CHECK_OK(MeetOnce(kCallB, kN, rank, 2, it, 10s));
+      }
+      const int fds_at_end = OpenFds();
+      if (fds_at_end != fds_after_first) {
+        std::fprintf(stderr, "process %d: %d fds after the first meeting, %d at the end\n", rank,
+                     fds_after_first, fds_at_end);
+      }
+      CHECK(fds_at_end == fds_after_first);
+      CHECK(processes::GetStats().pending == 0);
+      CHECK(processes::GetStats().calls == 2);
+    });
+  }
+  RunChildren("generations", bodies);
+}
+
+// 2. The follower is up but never meets: the leader gives up after its
+// timeout and names participant 1.
+void CheckMissingParticipant() {
+  const std::string token = NewToken("missing");
+  RunChildren("missing", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        const auto start = Clock::now();
+        const Status s = MeetOnce(kCallA, 2, 0, 1, 0, 300ms);
+        const double elapsed = Seconds(start);
+        std::fprintf(stderr, "missing: leader after %.3f s: %s\n", elapsed, s.message().c_str());
+        CHECK(!s.ok());
+        CHECK(Contains(s, "participants [1 (process 1)]"));
+        CHECK(Contains(s, "did not reach"));
+        CHECK(elapsed >= 0.3 && elapsed < 3.0);
+        CHECK(processes::GetStats().pending == 0);
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        std::this_thread::sleep_for(1s);
+      },
+  });
+}
+
+// 3. A peer that dies between meetings is noticed through its closed socket,
+// long before the 30 s arrival timeout.
+void CheckDeadFollower() {
+  const std::string token = NewToken("deadfollower");
+  RunChildren("dead follower", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 0, 10s));
+        const auto start = Clock::now();
+        const Status s = MeetOnce(kCallA, 2, 0, 1, 1, 30s);
+        const double elapsed = Seconds(start);
+        std::fprintf(stderr, "dead follower: leader after %.3f s: %s\n", elapsed,
+                     s.message().c_str());
+        CHECK(!s.ok());
+        CHECK(Contains(s, "disconnected") || Contains(s, "closed"));
+        CHECK(elapsed < 5.0);
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA});
+        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 0, 10s));
+        _exit(0);
+      },
+  });
+}
+
+void CheckDeadLeader() {
+  const std::string token = NewToken("deadleader");
+  RunChildren("dead leader", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 0, 10s));
+        _exit(0);
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA});
+        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 0, 10s));
+        const auto start = Clock::now();
+        const Status s = MeetOnce(kCallA, 2, 1, 1, 1, 30s);
+        const double elapsed = Seconds(start);
+        std::fprintf(stderr, "dead leader: follower after %.3f s: %s\n", elapsed,
+                     s.message().c_str());
+        CHECK(!s.ok());
+        CHECK(Contains(s, "closed its channel"));
+        CHECK(elapsed < 5.0);
+      },
+  });
+}
+
+// 4. Two jobs with the same call ids and ranks run side by side; the
+// transport rejects any request carrying the other job's values.
+void CheckJobsIsolated() {
+  constexpr int kIterations = 500;
+  std::vector<std::function<void()>> bodies;
+  for (int64_t job : {1, 2}) {
+    const std::string token = NewToken("isolation");
+    for (int rank = 0; rank < 2; ++rank) {
+      bodies.push_back([=] {
+        CHECK_OK(processes::Open(token, rank));
+        RegisterAll(2, {kCallA});
+        for (int it = 0; it < kIterations; ++it) CHECK_OK(MeetOnce(kCallA, 2, rank, job, it, 10s));
+        CHECK(processes::GetStats().pending == 0);
+      });
+    }
+  }
+  RunChildren("isolation", bodies);
+}
+
+// 5. A follower that gave up (its arrival timeout passed) or died after
+// sending its request: a leader arriving later must fail that meeting too,
+// or participants of one meeting would disagree (and on GPUs the leader would
+// write into buffers the follower no longer owns).
+void LateLeader(const std::string& token) {
+  CHECK_OK(processes::Open(token, 0));
+  RegisterAll(2, {kCallA});
+  std::this_thread::sleep_for(800ms);
+  const auto start = Clock::now();
+  const Status s = MeetOnce(kCallA, 2, 0, 1, 0, 30s);
+  const double elapsed = Seconds(start);
+  CHECK(!s.ok());
+  CHECK(elapsed < 5.0);
+}
+
+void CheckAbandonedRequest() {
+  const std::string gave_up = NewToken("gaveup");
+  const std::string died = NewToken("died");
+  RunChildren("abandoned request", {
+      [=] { LateLeader(gave_up); },
+      [=] {
+        CHECK_OK(processes::Open(gave_up, 1));
+        RegisterAll(2, {kCallA});
+        const Status s = MeetOnce(kCallA, 2, 1, 1, 0, 300ms);
+        CHECK(!s.ok() && Contains(s, "waited 300 ms"));
+        std::this_thread::sleep_for(1s);  // alive while the leader meets
+      },
+      [=] { LateLeader(died); },
+      [=] {
+        CHECK_OK(processes::Open(died, 1));
+        RegisterAll(2, {kCallA});
+        // Dies while blocked in Meet, its request already sent.
+        std::thread([] {
+          std::this_thread::sleep_for(200ms);
+          _exit(0);
+        }).detach();
+        MeetOnce(kCallA, 2, 1, 1, 0, 30s);
+        _exit(1);  // Meet cannot return before the leader arrives
+      },
+  });
+}
+
+}  // namespace
+
+int main() {
+  CheckManyGenerations();
+  CheckMissingParticipant();
+  CheckDeadFollower();
+  CheckDeadLeader();
+  CheckJobsIsolated();
+  CheckAbandonedRequest();
+  std::printf("processes_test: passed\n");
+  return 0;
+}
