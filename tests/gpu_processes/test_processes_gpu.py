@@ -108,7 +108,7 @@ os._exit(1 if failures else 0)
 """
 
 
-def launch(tmp_path, gpus: str, timeout: float = 400):
+def launch(tmp_path, gpus: str, timeout: float = 240):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
