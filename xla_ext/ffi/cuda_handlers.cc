@@ -148,60 +148,87 @@ Status Lead(Context& ctx, Fn&& work) {
   return work();
 }
 
-// Across processes (one per GPU) the leader reaches the followers' buffers
-// through CUDA IPC: a follower sends, for each pointer of its payload, the IPC
-// handle of the allocation holding it and the offset into it; the leader maps
-// each allocation once (cached: XLA's allocator keeps few, long-lived ones)
-// and works in the followers' memory directly. Nothing comes back.
-struct IpcEntry {
-  cudaIpcMemHandle_t handle;
-  uint64_t offset;
-  int32_t present;
-  int32_t ordinal;
+// Across processes (one per GPU) the leader works in the followers' memory
+// through CUDA IPC. XLA's buffers cannot be exported (its pool is not made of
+// plain cudaMalloc allocations), so each follower keeps one staging
+// allocation of its own: it copies its inputs there (device to device),
+// sends the allocation's IPC handle and each buffer's offset, and copies the
+// outputs back once the leader is done. The leader maps each follower's
+// staging once and again only when it grows.
+
+// One pointer of a payload: its size and which way its contents travel
+// (neither: workspace).
+struct Slot {
+  uint64_t bytes = 0;
+  bool in = false;
+  bool out = false;
 };
 
-Status ExportPointer(void* ptr, int ordinal, IpcEntry* e) {
-  const cuda::Api& api = cuda::api();
-  *e = IpcEntry{};
-  if (ptr == nullptr) return Status::Ok();
-  CUdeviceptr base = 0;
-  size_t size = 0;
-  const CUresult r =
-      api.cuMemGetAddressRange_v2(&base, &size, reinterpret_cast<CUdeviceptr>(ptr));
-  if (r != CUDA_SUCCESS) {
-    return Errorf("jaxmg: cuMemGetAddressRange failed (CUresult ", static_cast<int>(r),
-                  ") on a buffer of GPU ", ordinal);
+// Slots of a Shard: the matrix block, the workspace and the spare tile.
+template <typename T>
+std::vector<Slot> ShardSlots(const mg::Shard<T>& s, const ColumnLayout& layout, bool written) {
+  const uint64_t block = layout.n_cols * (layout.n_cols / layout.n_devices) * sizeof(T);
+  return {Slot{block, true, written}, Slot{(s.spare - s.work) * sizeof(T), false, false},
+          Slot{layout.n_cols * layout.tile * sizeof(T), false, false}};
+}
+
+struct Staging {
+  void* base = nullptr;
+  uint64_t bytes = 0;
+  cudaIpcMemHandle_t handle{};
+};
+
+// This process's staging on `ordinal`, at least `bytes` long.
+Status StagingOf(int ordinal, uint64_t bytes, Staging* out) {
+  static std::mutex mu;
+  static auto* stagings = new std::map<int, Staging>();
+  std::lock_guard<std::mutex> lock(mu);
+  Staging& st = (*stagings)[ordinal];
+  if (st.bytes < bytes) {
+    const cuda::Api& api = cuda::api();
+    mg::DeviceGuard guard;
+    JAXMG_CUDA(api.cudaSetDevice(ordinal));
+    if (st.base) JAXMG_CUDA(api.cudaFree(st.base));
+    st = Staging{};
+    const uint64_t size = std::max<uint64_t>(bytes + bytes / 4, 1 << 20);
+    const cudaError_t e = api.cudaMalloc(&st.base, size);
+    if (e != cudaSuccess) {
+      return Errorf("jaxmg: could not allocate ", size, " bytes of staging on GPU ", ordinal,
+                    " for a call across processes (", api.cudaGetErrorString(e),
+                    "); leave room beside XLA's pool, e.g. XLA_PYTHON_CLIENT_MEM_FRACTION=0.6");
+    }
+    st.bytes = size;
+    JAXMG_CUDA(api.cudaIpcGetMemHandle(&st.handle, st.base));
   }
-  const cudaError_t c = api.cudaIpcGetMemHandle(&e->handle, reinterpret_cast<void*>(base));
-  if (c != cudaSuccess) {
-    return Errorf("jaxmg: cudaIpcGetMemHandle failed on a buffer of GPU ", ordinal, ": ",
-                  api.cudaGetErrorString(c),
-                  ". Across processes jaxmg shares XLA's buffers through CUDA IPC, which needs "
-                  "the default (BFC) allocator: unset XLA_PYTHON_CLIENT_ALLOCATOR");
-  }
-  e->offset = reinterpret_cast<uintptr_t>(ptr) - base;
-  e->present = 1;
-  e->ordinal = ordinal;
+  *out = st;
   return Status::Ok();
 }
 
-Status ImportPointer(const IpcEntry& e, void** out) {
+struct IpcRequest {
+  cudaIpcMemHandle_t handle;
+  int32_t process;
+  int32_t ordinal;
+};
+
+// The leader's mapping of a follower's staging; a new handle from the same
+// follower (its staging grew) replaces the old mapping.
+Status MapStaging(const IpcRequest& r, char** out) {
   static std::mutex mu;
-  static auto* mapped = new std::map<std::string, void*>();
-  *out = nullptr;
-  if (!e.present) return Status::Ok();
-  const std::string key(reinterpret_cast<const char*>(&e.handle), sizeof(e.handle));
+  static auto* mapped = new std::map<std::pair<int, int>, std::pair<std::string, void*>>();
+  const std::string key(reinterpret_cast<const char*>(&r.handle), sizeof(r.handle));
   std::lock_guard<std::mutex> lock(mu);
-  auto it = mapped->find(key);
-  if (it == mapped->end()) {
-    mg::DeviceGuard guard;
+  auto& entry = (*mapped)[{r.process, r.ordinal}];
+  if (entry.first != key) {
     const cuda::Api& api = cuda::api();
+    mg::DeviceGuard guard;
+    JAXMG_CUDA(api.cudaSetDevice(r.ordinal));
+    if (entry.second) JAXMG_CUDA(api.cudaIpcCloseMemHandle(entry.second));
+    entry = {};
     void* base = nullptr;
-    JAXMG_CUDA(api.cudaSetDevice(e.ordinal));
-    JAXMG_CUDA(api.cudaIpcOpenMemHandle(&base, e.handle, cudaIpcMemLazyEnablePeerAccess));
-    it = mapped->emplace(key, base).first;
+    JAXMG_CUDA(api.cudaIpcOpenMemHandle(&base, r.handle, cudaIpcMemLazyEnablePeerAccess));
+    entry = {key, base};
   }
-  *out = static_cast<char*>(it->second) + e.offset;
+  *out = static_cast<char*>(entry.second);
   return Status::Ok();
 }
 
@@ -210,30 +237,52 @@ class IpcTransport : public processes::Transport {
   static_assert(std::is_trivially_copyable_v<P> && sizeof(P) % sizeof(void*) == 0,
                 "a CUDA payload holds device pointers only");
   static constexpr size_t kPointers = sizeof(P) / sizeof(void*);
+  static constexpr uint64_t kNone = ~uint64_t{0};
 
  public:
-  IpcTransport(P* mine, int ordinal) : mine_(mine), ordinal_(ordinal) {}
+  // slots[i] describes the payload's i-th pointer.
+  IpcTransport(P* mine, int ordinal, cudaStream_t stream, std::vector<Slot> slots)
+      : mine_(mine), ordinal_(ordinal), stream_(stream), slots_(std::move(slots)) {}
 
   Status Export(std::string* request) override {
+    if (slots_.size() != kPointers) return Status::Error("jaxmg: payload slots mismatch");
     void* pointers[kPointers];
     std::memcpy(pointers, mine_, sizeof(P));
-    IpcEntry entries[kPointers];
+    uint64_t total = 0;
     for (size_t i = 0; i < kPointers; ++i) {
-      JAXMG_RETURN_IF_ERROR(ExportPointer(pointers[i], ordinal_, &entries[i]));
+      offsets_[i] = kNone;
+      if (pointers[i] == nullptr || slots_[i].bytes == 0) continue;
+      offsets_[i] = total;
+      total += (slots_[i].bytes + 255) / 256 * 256;
     }
-    request->assign(reinterpret_cast<const char*>(entries), sizeof(entries));
+    JAXMG_RETURN_IF_ERROR(StagingOf(ordinal_, total, &staging_));
+    const cuda::Api& api = cuda::api();
+    for (size_t i = 0; i < kPointers; ++i) {
+      if (offsets_[i] == kNone || !slots_[i].in) continue;
+      JAXMG_CUDA(api.cudaMemcpyAsync(static_cast<char*>(staging_.base) + offsets_[i],
+                                     pointers[i], slots_[i].bytes, cudaMemcpyDeviceToDevice,
+                                     stream_));
+    }
+    JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
+    const IpcRequest r{staging_.handle, processes::ProcessIndex(), ordinal_};
+    request->assign(reinterpret_cast<const char*>(&r), sizeof(r));
+    request->append(reinterpret_cast<const char*>(offsets_), sizeof(offsets_));
     return Status::Ok();
   }
 
   Status Import(int index, const std::string& request, void** payload) override {
-    IpcEntry entries[kPointers];
-    if (request.size() != sizeof(entries)) {
+    IpcRequest r;
+    uint64_t offsets[kPointers];
+    if (request.size() != sizeof(r) + sizeof(offsets)) {
       return Status::Error("jaxmg: a follower's request does not match this call's payload");
     }
-    std::memcpy(entries, request.data(), sizeof(entries));
+    std::memcpy(&r, request.data(), sizeof(r));
+    std::memcpy(offsets, request.data() + sizeof(r), sizeof(offsets));
+    char* base = nullptr;
+    JAXMG_RETURN_IF_ERROR(MapStaging(r, &base));
     void* pointers[kPointers];
     for (size_t i = 0; i < kPointers; ++i) {
-      JAXMG_RETURN_IF_ERROR(ImportPointer(entries[i], &pointers[i]));
+      pointers[i] = offsets[i] == kNone ? nullptr : base + offsets[i];
     }
     P& p = imported_[index];
     std::memcpy(&p, pointers, sizeof(P));
@@ -242,20 +291,45 @@ class IpcTransport : public processes::Transport {
   }
 
   Status Reply(int, std::string*) override { return Status::Ok(); }
-  Status Apply(const std::string&) override { return Status::Ok(); }
+
+  Status Apply(const std::string&) override {
+    void* pointers[kPointers];
+    std::memcpy(pointers, mine_, sizeof(P));
+    const cuda::Api& api = cuda::api();
+    for (size_t i = 0; i < kPointers; ++i) {
+      if (offsets_[i] == kNone || !slots_[i].out) continue;
+      JAXMG_CUDA(api.cudaMemcpyAsync(pointers[i],
+                                     static_cast<char*>(staging_.base) + offsets_[i],
+                                     slots_[i].bytes, cudaMemcpyDeviceToDevice, stream_));
+    }
+    JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
 
  private:
   P* mine_;
   int ordinal_;
+  cudaStream_t stream_;
+  std::vector<Slot> slots_;
+  uint64_t offsets_[kPointers];
+  Staging staging_;
   std::map<int, P> imported_;
 };
 
 // Meets the call's other participants: threads of this process (SPMD) or
-// other processes through CUDA IPC (one process per GPU).
+// other processes through CUDA IPC (one process per GPU; `slots` describe
+// the payload's pointers for the staging copies).
 template <typename P>
-Status MeetAll(const Prologue& p, int ordinal, P* mine, const rendezvous::LeaderWork& work) {
-  IpcTransport<P> transport(mine, ordinal);
+Status MeetAll(const Prologue& p, int ordinal, cudaStream_t stream, std::vector<Slot> slots,
+               P* mine, const rendezvous::LeaderWork& work) {
+  IpcTransport<P> transport(mine, ordinal, stream, std::move(slots));
   return ffi_common::MeetParticipants(p.site, mine, &transport, work);
+}
+
+// Appends to a Shard's slots.
+std::vector<Slot> operator+(std::vector<Slot> a, const std::vector<Slot>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
 }
 
 //===--------------------------------------------------------------------===//
@@ -296,7 +370,11 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
                    &mine.shard, leader ? 2 * n * k : 0, leader ? &mine.stage : nullptr);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(MeetAll(p, ordinal, &mine,
+  const std::vector<Slot> slots = ShardSlots(mine.shard, p.layout, true) +
+      std::vector<Slot>{{b.size_bytes(), true, false}, {x->size_bytes(), false, true}, {},
+                        {sizeof(int32_t), false, true}};
+  return ToFfi(MeetAll(
+      p, ordinal, stream, slots, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           mg::Rhs<T> rhs;
@@ -341,7 +419,10 @@ ffi::Error PotrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, Routine::kPotrf, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(MeetAll(p, ordinal, &mine,
+  const std::vector<Slot> slots =
+      ShardSlots(mine.shard, p.layout, true) + std::vector<Slot>{{}, {sizeof(int32_t), false, true}};
+  return ToFfi(MeetAll(
+      p, ordinal, stream, slots, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           int32_t status = 0;
@@ -368,7 +449,11 @@ ffi::Error GetrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, Routine::kGetrf, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(MeetAll(p, ordinal, &mine,
+  const std::vector<Slot> slots =
+      ShardSlots(mine.shard, p.layout, true) +
+      std::vector<Slot>{{piv->size_bytes(), false, true}, {sizeof(int32_t), false, true}};
+  return ToFfi(MeetAll(
+      p, ordinal, stream, slots, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           std::vector<int32_t*> pivots;
@@ -410,7 +495,14 @@ ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAll
     PotrsShard<T> rhs;
     const int32_t* piv;
   } me{mine, piv};
-  return ToFfi(MeetAll(p, ordinal, &me,
+  const uint64_t rhs_bytes = rows * k * sizeof(T);
+  const uint64_t piv_bytes = piv ? n / p.site.n_devices * sizeof(int32_t) : 0;
+  const std::vector<Slot> slots =
+      ShardSlots(mine.shard, p.layout, false) +
+      std::vector<Slot>{{rhs_bytes, true, false}, {rhs_bytes, false, true}, {}, {},
+                        {piv_bytes, true, false}};
+  return ToFfi(MeetAll(
+      p, ordinal, stream, slots, &me,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           mg::Rhs<T> rhs;
@@ -497,7 +589,10 @@ ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, Routine::kPotri, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(MeetAll(p, ordinal, &mine,
+  const std::vector<Slot> slots =
+      ShardSlots(mine.shard, p.layout, true) + std::vector<Slot>{{}, {sizeof(int32_t), false, true}};
+  return ToFfi(MeetAll(
+      p, ordinal, stream, slots, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           int32_t status = 0;
@@ -528,7 +623,11 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Workspace<T>(p, routine, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok()) return ToFfi(s);
-  return ToFfi(MeetAll(p, ordinal, &mine,
+  const std::vector<Slot> slots =
+      ShardSlots(mine.shard, p.layout, true) +
+      std::vector<Slot>{{w->size_bytes(), false, true}, {sizeof(int32_t), false, true}};
+  return ToFfi(MeetAll(
+      p, ordinal, stream, slots, &mine,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           std::vector<Real<T>> values(p.layout.n_cols);

@@ -169,6 +169,13 @@ void Serve(ConnectionPtr c) {
       std::lock_guard<std::mutex> lock(s.mu);
       c->process = f.h.index;
       s.incoming[c->process] = c;
+    } else if (f.h.kind == kRequest && c->process >= 0 && !f.h.ok) {
+      // The follower could not even describe its buffers: the meeting fails.
+      std::unique_lock<std::mutex> lock(s.mu);
+      RememberAborted(s, f.h.call_id, f.h.generation, f.body);
+      s.cv.notify_all();
+      lock.unlock();
+      Send(*c, kDone, f.h.call_id, f.h.generation, f.h.index, false, f.body);
     } else if (f.h.kind == kRequest && c->process >= 0) {
       std::unique_lock<std::mutex> lock(s.mu);
       auto late = s.aborted.find({f.h.call_id, f.h.generation});
@@ -390,11 +397,14 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
   const int leader = processes[0];
   const auto deadline = Clock::now() + timeout;
   std::string request;
-  JAXMG_RETURN_IF_ERROR(transport.Export(&request));
+  const Status exported = transport.Export(&request);
   ConnectionPtr c;
   JAXMG_RETURN_IF_ERROR(Connect(leader, deadline, &c));
   std::lock_guard<std::mutex> exchange(c->exchange_mu);
-  if (!Send(*c, kRequest, call_id, generation, index, true, request)) {
+  // A failed export still goes to the leader, so every participant fails now
+  // rather than at the timeout.
+  if (!Send(*c, kRequest, call_id, generation, index, exported.ok(),
+            exported.ok() ? request : exported.message())) {
     DropOutgoing(c);
     return Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
                   ") closed its channel: it exited or crashed");
@@ -436,6 +446,7 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
                       "slow. (", f.body, ")");
       }
       if (!f.h.ok) return Status::Error(f.body);
+      if (!exported.ok()) return exported;
       return transport.Apply(f.body);
     }
   }

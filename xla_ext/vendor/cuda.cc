@@ -31,8 +31,6 @@ const Library kBlasLt{"cuBLASLt", FromPip("nvidia-cublas"),
 const Library kBlas{"cuBLAS", FromPip("nvidia-cublas"), {"libcublas.so.13", "libcublas.so.12"}};
 const Library kSolverMg{"cuSOLVERMg", FromPip("nvidia-cusolver"),
                         {"libcusolverMg.so.12", "libcusolverMg.so.11"}};
-// The driver API gives what the runtime does not (allocation bounds for IPC).
-const Library kDriver{"the CUDA driver", "it comes with the NVIDIA driver", {"libcuda.so.1"}};
 
 std::vector<std::string> Split(const std::string& path) {
   std::vector<std::string> dirs;
@@ -75,8 +73,6 @@ Status LoadAll(const std::string& search_path) {
   void* blas_lt = nullptr;
   void* blas = nullptr;
   void* solver = nullptr;
-  void* driver = nullptr;
-  JAXMG_RETURN_IF_ERROR(Open(kDriver, {}, &driver));
   JAXMG_RETURN_IF_ERROR(Open(kRuntime, dirs, &runtime));
   JAXMG_RETURN_IF_ERROR(Open(kBlasLt, dirs, &blas_lt));
   JAXMG_RETURN_IF_ERROR(Open(kBlas, dirs, &blas));
@@ -85,12 +81,9 @@ Status LoadAll(const std::string& search_path) {
 #define JAXMG_RESOLVE_RUNTIME(name) JAXMG_RETURN_IF_ERROR(Resolve(runtime, #name, &table->name));
 #define JAXMG_RESOLVE_BLAS(name) JAXMG_RETURN_IF_ERROR(Resolve(blas, #name, &table->name));
 #define JAXMG_RESOLVE_SOLVER(name) JAXMG_RETURN_IF_ERROR(Resolve(solver, #name, &table->name));
-#define JAXMG_RESOLVE_DRIVER(name) JAXMG_RETURN_IF_ERROR(Resolve(driver, #name, &table->name));
   JAXMG_CUDART_FUNCTIONS(JAXMG_RESOLVE_RUNTIME)
   JAXMG_CUBLAS_FUNCTIONS(JAXMG_RESOLVE_BLAS)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_RESOLVE_SOLVER)
-  JAXMG_CUDA_DRIVER_FUNCTIONS(JAXMG_RESOLVE_DRIVER)
-#undef JAXMG_RESOLVE_DRIVER
 #undef JAXMG_RESOLVE_RUNTIME
 #undef JAXMG_RESOLVE_BLAS
 #undef JAXMG_RESOLVE_SOLVER

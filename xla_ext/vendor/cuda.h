@@ -7,7 +7,6 @@
 
 #define DISABLE_CUSOLVERMG_DEPRECATED
 #include <cublas_v2.h>
-#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cusolverMg.h>
 
@@ -24,10 +23,7 @@ namespace jaxmg::cuda {
   X(cudaDeviceCanAccessPeer) X(cudaDeviceEnablePeerAccess) X(cudaGetLastError)        \
   X(cudaMalloc) X(cudaFree) X(cudaDeviceSynchronize) X(cudaEventCreateWithFlags)      \
   X(cudaEventRecord) X(cudaStreamWaitEvent) X(cudaEventDestroy) X(cudaMemGetInfo)       \
-  X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle)
-
-// The driver API, for what the runtime does not expose (allocation bounds).
-#define JAXMG_CUDA_DRIVER_FUNCTIONS(X) X(cuMemGetAddressRange_v2)
+  X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle) X(cudaIpcCloseMemHandle)
 
 #define JAXMG_CUBLAS_FUNCTIONS(X)                                                      \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSgeam)         \
@@ -50,7 +46,6 @@ struct Api {
   JAXMG_CUDART_FUNCTIONS(JAXMG_DECLARE_POINTER)
   JAXMG_CUBLAS_FUNCTIONS(JAXMG_DECLARE_POINTER)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_DECLARE_POINTER)
-  JAXMG_CUDA_DRIVER_FUNCTIONS(JAXMG_DECLARE_POINTER)
 };
 #undef JAXMG_DECLARE_POINTER
 
