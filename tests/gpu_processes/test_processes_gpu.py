@@ -32,7 +32,9 @@ from jaxmg._src import processes
 rank, n_ranks = jax.process_index(), jax.process_count()
 assert jax.devices()[0].platform == "gpu"
 mesh = jax.make_mesh((n_ranks,), ("x",))
-N = 1020  # divisible by 2, 3 and 4, and not by the tile
+# A multiple of ranks x 256 (the LU tile on GPUs): padding would move rows
+# between devices, an XLA collective that ranks sharing a GPU cannot run.
+N = 1024
 rng = np.random.default_rng(0)
 
 def put(x, spec):
