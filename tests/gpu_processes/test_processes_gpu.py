@@ -53,6 +53,7 @@ def check(name, x, want, tol):
         failures.append(f"{name}: {err:.3g}")
 
 for dtype in (np.float32, np.float64, np.complex64, np.complex128):
+    print("checking", dtype.__name__, flush=True)
     tol = 2e4 * np.finfo(dtype).eps
     m = rng.standard_normal((N, N))
     if np.iscomplexobj(np.zeros(1, dtype)):
@@ -112,15 +113,21 @@ os._exit(1 if failures else 0)
 """
 
 
-def launch(tmp_path, gpus: str, timeout: float = 240):
+def launch(tmp_path, gpus: str, logs: pathlib.Path, timeout: float = 240):
+    """Runs the job; its output goes straight to files in `logs`, so a run
+    cut short still leaves what it printed."""
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
     env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
     n = len(gpus.split(","))
-    return subprocess.run(
-        [sys.executable, "-m", "jaxmg.launch", "-n", str(n), "--gpus", gpus, str(script)],
-        env=env, capture_output=True, text=True, timeout=timeout, cwd=ROOT,
-    )
+    name = logs / ("processes_gpus_" + gpus.replace(",", "_"))
+    with open(f"{name}.out", "w") as out, open(f"{name}.err", "w") as err:
+        code = subprocess.run(
+            [sys.executable, "-m", "jaxmg.launch", "-n", str(n), "--gpus", gpus,
+             "--timeout", str(timeout), str(script)],
+            env=env, stdout=out, stderr=err, timeout=timeout + 30, cwd=ROOT,
+        ).returncode
+    return code, pathlib.Path(f"{name}.out").read_text(), pathlib.Path(f"{name}.err").read_text()
 
 
 CASES = ["0,0", "0,0,0,0"] + (["0,1", "1,0"] if GPUS >= 2 else [])
@@ -128,16 +135,13 @@ CASES = ["0,0", "0,0,0,0"] + (["0,1", "1,0"] if GPUS >= 2 else [])
 
 @pytest.mark.parametrize("gpus", CASES)
 def test_one_process_per_device(tmp_path, gpus):
-    result = launch(tmp_path, gpus)
     logs = pathlib.Path(os.environ.get("JAXMG_TEST_LOGS", tmp_path))
     logs.mkdir(parents=True, exist_ok=True)
-    name = "processes_gpus_" + gpus.replace(",", "_")
-    (logs / f"{name}.out").write_text(result.stdout)
-    (logs / f"{name}.err").write_text(result.stderr)
-    print(result.stdout[-3000:])
-    if result.returncode != 0:
-        errors = [line for line in result.stderr.splitlines() if "Error" in line or "jaxmg" in line]
+    code, out, err = launch(tmp_path, gpus, logs)
+    print(out[-3000:])
+    if code != 0:
+        errors = [line for line in err.splitlines() if "Error" in line or "jaxmg" in line]
         print("\n".join(errors[-30:]))
-    assert result.returncode == 0, f"see {logs / name}.err"
+    assert code == 0, f"see the logs in {logs}"
     for rank in range(len(gpus.split(","))):
-        assert f"[rank {rank}] ALL OK" in result.stdout
+        assert f"[rank {rank}] ALL OK" in out
