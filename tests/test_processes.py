@@ -173,23 +173,41 @@ def test_ten_thousand_calls_leak_nothing(tmp_path):
         assert f"[rank {rank}] finite True" in out
 
 
-def test_a_process_that_never_arrives_times_out_with_its_name(tmp_path):
+def test_a_process_that_skips_a_call_times_out_with_its_name(tmp_path):
     start = time.monotonic()
     code, out, err = run(tmp_path, """
         n = 8
         a, b = put(spd(n), P("x", None)), put(np.ones((n, 1)), P())
+        jaxmg.potrs(a, b).block_until_ready()
+        c = put(spd(n, 1), P("x", None))
         if rank == 1:
-            time.sleep(60)  # never makes the call
+            time.sleep(60)  # never makes the second call
         try:
-            jaxmg.potrs(a, b).block_until_ready()
+            jaxmg.potrs(c, b).block_until_ready()
         except Exception as e:
             print("error:", str(e).splitlines()[0][:400], flush=True)
             os._exit(5)  # not sys.exit: jax.distributed's shutdown aborts with a peer gone
     """, env={"JAXMG_TIMEOUT_S": "3"})
     assert code == 5
     assert "[rank 0] error:" in out
-    assert "participants [1 (process 1)] of 2 did not reach call" in out
+    assert "participants [1 (process 1)] of 2 did not reach call" in out, out
     assert time.monotonic() - start < 60
+
+
+def test_a_process_that_never_joins_is_named(tmp_path):
+    code, out, err = run(tmp_path, """
+        n = 8
+        a, b = put(spd(n), P("x", None)), put(np.ones((n, 1)), P())
+        if rank == 1:
+            time.sleep(60)  # never makes a jaxmg call
+        try:
+            jaxmg.potrs(a, b).block_until_ready()
+        except Exception as e:
+            print("error:", str(e).splitlines()[0][:400], flush=True)
+            os._exit(5)
+    """, env={"JAXMG_TIMEOUT_S": "3"})
+    assert code == 5
+    assert "[rank 0] error: jaxmg: process 1 did not join jaxmg's job channel within 3 s" in out
 
 
 def test_a_dead_follower_fails_the_leader_at_once(tmp_path):

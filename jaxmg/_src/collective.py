@@ -45,13 +45,17 @@ def _axis_devices(placement: distribution.Placement, why: str):
     return list(np.moveaxis(mesh.devices, mesh.axis_names.index(placement.axis), 0).reshape(-1))
 
 
-def _register_processes(placement: distribution.Placement, call_id: int) -> None:
-    """A call over devices of several processes meets over the job channel."""
-    if jax.process_count() == 1:
-        return
-    devices = _axis_devices(placement, "across processes")
-    if len({d.process_index for d in devices}) > 1:
-        processes.register_call(call_id, processes.check_one_device_per_process(devices))
+def _call_id(placement: distribution.Placement, platform: str) -> int:
+    """A fresh id for this call site; a call over devices of several
+    processes is registered to meet over the job channel."""
+    if jax.process_count() > 1:
+        devices = _axis_devices(placement, "across processes")
+        if len({d.process_index for d in devices}) > 1:
+            call_id = processes.next_call_id()
+            owners = processes.check_one_device_per_process(devices)
+            processes.register_call(call_id, owners, platform)
+            return call_id
+    return distribution.next_call_id()
 
 
 def call(routine: str, placement, operands, results, *, tile: int, alias=True, **attrs):
@@ -71,8 +75,7 @@ def call(routine: str, placement, operands, results, *, tile: int, alias=True, *
         attrs["device_ids"] = np.array([processes.ordinal(d) for d in devices], dtype=np.int64)
     else:
         library.library()
-    call_id = distribution.next_call_id()
-    _register_processes(placement, call_id)
+    call_id = _call_id(placement, platform)
     index = jax.lax.axis_index(placement.axis).astype(jnp.int32)
     # The layout conversion moves bytes: one target serves every dtype.
     if routine == "layout":

@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
 import json
+import os
 import secrets
+import socket
 
 import jax
 import numpy as np
@@ -22,7 +25,7 @@ import numpy as np
 from jaxmg._src import library
 
 _TOKEN_KEY = "jaxmg/channel_token"
-_ORDINALS_KEY = "jaxmg/ordinals/{}"
+_PROCESS_KEY = "jaxmg/process/{}"
 
 
 def _client():
@@ -45,14 +48,22 @@ def _timeout_ms() -> int:
 
 @functools.cache
 def open_channel() -> str:
-    """Opens this process's end of the job channel (once); returns the token."""
+    """Opens this process's end of the job channel (once); returns the job's name."""
     client = _client()
     me = jax.process_index()
-    if me == 0:
-        client.key_value_set(_TOKEN_KEY, secrets.token_hex(12))
+    # Whichever rank comes first proposes the token; the others' proposals are refused.
+    try:
+        client.key_value_set(_TOKEN_KEY, f"{secrets.token_hex(8)}:{secrets.token_hex(16)}",
+                             allow_overwrite=False)
+    except Exception:  # already set by another rank
+        pass
     token = client.blocking_key_value_get(_TOKEN_KEY, _timeout_ms())
-    ordinals = {d.id: d.local_hardware_id for d in jax.local_devices()}
-    client.key_value_set(_ORDINALS_KEY.format(me), json.dumps(ordinals))
+    mine = {
+        "host": socket.gethostname(),
+        "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "ordinals": {str(d.id): d.local_hardware_id for d in jax.local_devices()},
+    }
+    client.key_value_set(_PROCESS_KEY.format(me), json.dumps(mine), allow_overwrite=True)
     lib = library.library()
     lib.jaxmg_processes_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
                                          ctypes.c_size_t]
@@ -60,7 +71,7 @@ def open_channel() -> str:
     error = ctypes.create_string_buffer(4096)
     if lib.jaxmg_processes_open(token.encode(), me, error, len(error)):
         raise RuntimeError(error.value.decode())
-    return token
+    return token.split(":")[0]
 
 
 def check_one_device_per_process(devices) -> list[int]:
@@ -79,9 +90,28 @@ def check_one_device_per_process(devices) -> list[int]:
     return owners
 
 
-def register_call(call_id: int, owners: list[int]) -> None:
-    """Tells the library that participant i of `call_id` runs in process owners[i]."""
+def register_call(call_id: int, owners: list[int], platform: str) -> None:
+    """Tells the library that participant i of `call_id` runs in process
+    owners[i], after checking the processes can meet: one machine (the
+    channel and CUDA IPC do not cross nodes) and, on GPUs, the same view of
+    the GPUs (ordinals must mean the same device in every process)."""
     open_channel()
+    peers = {p: _process_info(p) for p in sorted(set(owners))}
+    hosts = sorted({info["host"] for info in peers.values()})
+    if len(hosts) > 1:
+        raise NotImplementedError(
+            f"jaxmg: the mesh spans machines {hosts}. jaxmg meets the processes of one machine "
+            "(its channel and CUDA IPC stay on the node); several nodes need cuSOLVERMp, which "
+            "jaxmg does not have yet. Build the mesh from the devices of one node"
+        )
+    if platform == "cuda" and len({info["visible"] for info in peers.values()}) > 1:
+        views = {p: info["visible"] for p, info in peers.items()}
+        raise ValueError(
+            f"jaxmg: the processes see different GPUs (CUDA_VISIBLE_DEVICES per process: "
+            f"{views}), so GPU numbers differ between them. Give every process the same "
+            "CUDA_VISIBLE_DEVICES and pick each one's GPU with jax.distributed's "
+            "local_device_ids (`python -m jaxmg.launch --one-gpu-per-process` does)"
+        )
     lib = library.library()
     array = (ctypes.c_int32 * len(owners))(*owners)
     lib.jaxmg_register_call.argtypes = [ctypes.c_int64, ctypes.c_int32,
@@ -91,9 +121,17 @@ def register_call(call_id: int, owners: list[int]) -> None:
 
 
 @functools.cache
-def _ordinals_of(process: int) -> dict[int, int]:
-    raw = _client().blocking_key_value_get(_ORDINALS_KEY.format(process), _timeout_ms())
-    return {int(k): v for k, v in json.loads(raw).items()}
+def _process_info(process: int) -> dict:
+    timeout = _timeout_ms()
+    try:
+        raw = _client().blocking_key_value_get(_PROCESS_KEY.format(process), timeout)
+    except Exception as e:
+        raise RuntimeError(
+            f"jaxmg: process {process} did not join jaxmg's job channel within "
+            f"{timeout / 1000:g} s. Every process of the mesh must make the same jaxmg calls; "
+            "raise JAXMG_TIMEOUT_S if one is merely slow"
+        ) from e
+    return json.loads(raw)
 
 
 def ordinal(device) -> int:
@@ -102,7 +140,17 @@ def ordinal(device) -> int:
     if device.process_index == jax.process_index():
         return int(device.local_hardware_id)
     open_channel()
-    return int(_ordinals_of(device.process_index)[device.id])
+    return int(_process_info(device.process_index)["ordinals"][str(device.id)])
+
+
+_CALL_IDS = itertools.count(1 << 40)
+
+
+def next_call_id() -> int:
+    """Ids of calls across processes come from their own counter, so traces
+    that only one process makes (single-process meshes, lowering for
+    inspection) do not shift the ids the processes must agree on."""
+    return next(_CALL_IDS)
 
 
 def stats() -> dict[str, int]:

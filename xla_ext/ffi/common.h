@@ -53,8 +53,10 @@ inline Status CheckMatrixBlock(const char* name, ffi::Span<const int64_t> dims,
 // Meets the call's other participants: the threads of this process, or other
 // processes when Python registered the call as spanning processes (then
 // `transport` carries the buffers; without one the call stays in-process).
+// `prior`: this participant already failed.
 inline Status MeetParticipants(const CallSite& site, void* mine, processes::Transport* transport,
-                               const rendezvous::LeaderWork& work) {
+                               const rendezvous::LeaderWork& work,
+                               const Status& prior = Status::Ok()) {
   std::vector<int32_t> owners;
   if (processes::CallProcesses(site.call_id, &owners)) {
     if (transport == nullptr) {
@@ -64,8 +66,11 @@ inline Status MeetParticipants(const CallSite& site, void* mine, processes::Tran
       return Errorf("jaxmg: call ", site.call_id, " was registered with ", owners.size(),
                     " processes for ", site.n_devices, " devices");
     }
-    return processes::Meet(site.call_id, owners, mine, site.timeout, *transport, work);
+    // A participant that failed still takes its turn, so every process's
+    // runs of this call stay paired.
+    return processes::Meet(site.call_id, owners, mine, site.timeout, *transport, work, prior);
   }
+  if (!prior.ok()) return prior;
   return rendezvous::Meet({site.call_id, site.run_id}, site.n_devices, site.index, mine,
                           site.timeout, work);
 }

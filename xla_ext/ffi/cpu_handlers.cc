@@ -2,8 +2,10 @@
 // handler with its row block; the participants meet, and the leader converts
 // the blocks to block-cyclic in place, runs the LAPACK engine and writes every
 // participant's outputs.
+#include <algorithm>
 #include <complex>
 #include <cstring>
+#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -141,6 +143,14 @@ class HostCopyTransport : public processes::Transport {
     std::memcpy(sizes, request.data(), sizeof(sizes));
     if (request.size() != sizeof(sizes) + sizes[0] + sizes[1] + sizes[3]) {
       return Status::Error("jaxmg: a follower's request does not match its sizes");
+    }
+    const Shard<T>& m = *mine_;
+    const uint64_t expected[] = {m.a_bytes,     m.b_bytes, m.x_bytes,          m.piv_bytes,
+                                 m.piv_out_bytes, m.w_bytes, m.a_written ? 1u : 0u};
+    if (!std::equal(std::begin(expected), std::end(expected), sizes)) {
+      return Errorf("jaxmg: participant ", index,
+                    " brought buffers of another shape to this call: its processes run "
+                    "different programs or calls out of order");
     }
     Copy& c = copies_[index];
     const char* in = request.data() + sizeof(sizes);

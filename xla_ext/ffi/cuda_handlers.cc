@@ -145,7 +145,10 @@ template <typename Fn>
 Status Lead(Context& ctx, Fn&& work) {
   std::lock_guard<std::mutex> lock(ctx.mu);
   mg::DeviceGuard guard;
-  return work();
+  JAXMG_RETURN_IF_ERROR(work());
+  // info and eigenvalues are written with cudaMemcpy from host memory, which
+  // may return before they land; the others read them once this returns.
+  return ctx.SynchronizeDevices();
 }
 
 // Across processes (one per GPU) the leader works in the followers' memory
@@ -265,19 +268,32 @@ class IpcTransport : public processes::Transport {
     }
     JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
     const IpcRequest r{staging_.handle, processes::ProcessIndex(), ordinal_};
+    uint64_t sizes[kPointers];
+    for (size_t i = 0; i < kPointers; ++i) sizes[i] = slots_[i].bytes;
     request->assign(reinterpret_cast<const char*>(&r), sizeof(r));
     request->append(reinterpret_cast<const char*>(offsets_), sizeof(offsets_));
+    request->append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
     return Status::Ok();
   }
 
   Status Import(int index, const std::string& request, void** payload) override {
     IpcRequest r;
-    uint64_t offsets[kPointers];
-    if (request.size() != sizeof(r) + sizeof(offsets)) {
+    uint64_t offsets[kPointers], sizes[kPointers];
+    if (request.size() != sizeof(r) + sizeof(offsets) + sizeof(sizes)) {
       return Status::Error("jaxmg: a follower's request does not match this call's payload");
     }
     std::memcpy(&r, request.data(), sizeof(r));
     std::memcpy(offsets, request.data() + sizeof(r), sizeof(offsets));
+    std::memcpy(sizes, request.data() + sizeof(r) + sizeof(offsets), sizeof(sizes));
+    // Workspace sizes may differ by device; the buffers must not.
+    for (size_t i = 0; i < kPointers; ++i) {
+      if ((slots_[i].in || slots_[i].out) && sizes[i] != 0 && slots_[i].bytes != 0 &&
+          sizes[i] != slots_[i].bytes) {
+        return Errorf("jaxmg: participant ", index, " (process ", r.process,
+                      ") brought buffers of another shape to this call: its processes run "
+                      "different programs or calls out of order");
+      }
+    }
     char* base = nullptr;
     JAXMG_RETURN_IF_ERROR(MapStaging(r, &base));
     void* pointers[kPointers];
@@ -318,12 +334,13 @@ class IpcTransport : public processes::Transport {
 
 // Meets the call's other participants: threads of this process (SPMD) or
 // other processes through CUDA IPC (one process per GPU; `slots` describe
-// the payload's pointers for the staging copies).
+// the payload's pointers for the staging copies). A participant that failed
+// on its way (`prior`) fails the meeting for everyone across processes.
 template <typename P>
 Status MeetAll(const Prologue& p, int ordinal, cudaStream_t stream, std::vector<Slot> slots,
-               P* mine, const rendezvous::LeaderWork& work) {
+               P* mine, const Status& prior, const rendezvous::LeaderWork& work) {
   IpcTransport<P> transport(mine, ordinal, stream, std::move(slots));
-  return ffi_common::MeetParticipants(p.site, mine, &transport, work);
+  return ffi_common::MeetParticipants(p.site, mine, &transport, work, prior);
 }
 
 // Appends to a Shard's slots.
@@ -369,12 +386,12 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   s = Workspace<T>(p, Routine::kPotrs, std::min(k, p.layout.tile), a_out->typed_data(), scratch,
                    &mine.shard, leader ? 2 * n * k : 0, leader ? &mine.stage : nullptr);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
-  if (!s.ok()) return ToFfi(s);
+  if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   const std::vector<Slot> slots = ShardSlots(mine.shard, p.layout, true) +
       std::vector<Slot>{{b.size_bytes(), true, false}, {x->size_bytes(), false, true}, {},
                         {sizeof(int32_t), false, true}};
   return ToFfi(MeetAll(
-      p, ordinal, stream, slots, &mine,
+      p, ordinal, stream, slots, &mine, s,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           mg::Rhs<T> rhs;
@@ -418,11 +435,11 @@ ffi::Error PotrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   FactorShard<T> mine{{}, nullptr, info->typed_data()};
   if (s.ok()) s = Workspace<T>(p, Routine::kPotrf, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
-  if (!s.ok()) return ToFfi(s);
+  if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   const std::vector<Slot> slots =
       ShardSlots(mine.shard, p.layout, true) + std::vector<Slot>{{}, {sizeof(int32_t), false, true}};
   return ToFfi(MeetAll(
-      p, ordinal, stream, slots, &mine,
+      p, ordinal, stream, slots, &mine, s,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           int32_t status = 0;
@@ -448,12 +465,12 @@ ffi::Error GetrfCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   FactorShard<T> mine{{}, piv->typed_data(), info->typed_data()};
   if (s.ok()) s = Workspace<T>(p, Routine::kGetrf, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
-  if (!s.ok()) return ToFfi(s);
+  if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   const std::vector<Slot> slots =
       ShardSlots(mine.shard, p.layout, true) +
       std::vector<Slot>{{piv->size_bytes(), false, true}, {sizeof(int32_t), false, true}};
   return ToFfi(MeetAll(
-      p, ordinal, stream, slots, &mine,
+      p, ordinal, stream, slots, &mine, s,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           std::vector<int32_t*> pivots;
@@ -490,7 +507,7 @@ ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAll
   s = Workspace<T>(p, routine, std::min(k, p.layout.tile), a, scratch, &mine.shard,
                    leader ? 2 * n * k : 0, leader ? &mine.stage : nullptr);
   if (s.ok()) s = Ready<T>(stream, nullptr, nullptr, 0);
-  if (!s.ok()) return ToFfi(s);
+  if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   struct Mine {
     PotrsShard<T> rhs;
     const int32_t* piv;
@@ -502,7 +519,7 @@ ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAll
       std::vector<Slot>{{rhs_bytes, true, false}, {rhs_bytes, false, true}, {}, {},
                         {piv_bytes, true, false}};
   return ToFfi(MeetAll(
-      p, ordinal, stream, slots, &me,
+      p, ordinal, stream, slots, &me, s,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           mg::Rhs<T> rhs;
@@ -588,11 +605,11 @@ ffi::Error PotriCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   MatrixShard<T> mine{{}, nullptr, info->typed_data()};
   if (s.ok()) s = Workspace<T>(p, Routine::kPotri, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
-  if (!s.ok()) return ToFfi(s);
+  if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   const std::vector<Slot> slots =
       ShardSlots(mine.shard, p.layout, true) + std::vector<Slot>{{}, {sizeof(int32_t), false, true}};
   return ToFfi(MeetAll(
-      p, ordinal, stream, slots, &mine,
+      p, ordinal, stream, slots, &mine, s,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           int32_t status = 0;
@@ -622,12 +639,12 @@ ffi::Error SyevdCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   const Routine routine = vectors ? Routine::kSyevd : Routine::kSyevdValues;
   if (s.ok()) s = Workspace<T>(p, routine, 0, a_out->typed_data(), scratch, &mine.shard);
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
-  if (!s.ok()) return ToFfi(s);
+  if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   const std::vector<Slot> slots =
       ShardSlots(mine.shard, p.layout, true) +
       std::vector<Slot>{{w->size_bytes(), false, true}, {sizeof(int32_t), false, true}};
   return ToFfi(MeetAll(
-      p, ordinal, stream, slots, &mine,
+      p, ordinal, stream, slots, &mine, s,
       [&](const std::vector<void*>& all) {
         return Lead(*p.ctx, [&]() -> Status {
           std::vector<Real<T>> values(p.layout.n_cols);

@@ -109,11 +109,11 @@ bool WaitReadable(int fd, const Clock::time_point* deadline) {
   }
 }
 
-sockaddr_un Address(const std::string& token, int process, socklen_t* len) {
+sockaddr_un Address(const std::string& job, int process, socklen_t* len) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   // Abstract namespace: the name starts with NUL and never touches the disk.
-  const std::string name = "jaxmg-" + token + "-" + std::to_string(process);
+  const std::string name = "jaxmg-" + job + "-" + std::to_string(process);
   const size_t n = std::min(name.size(), sizeof(addr.sun_path) - 1);
   std::memcpy(addr.sun_path + 1, name.data(), n);
   *len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
@@ -130,7 +130,9 @@ struct Request {
 struct State {
   std::mutex mu;
   std::condition_variable cv;
-  std::string token;
+  std::string token;   // as given: "name:secret"
+  std::string name;    // names the sockets (visible to every local user)
+  std::string secret;  // proves a peer belongs to the job (never in a name)
   int process = -1;
   int listen_fd = -1;
   std::map<int64_t, std::vector<int32_t>> calls;
@@ -149,9 +151,9 @@ State& state() {
   return *s;
 }
 
-std::string Token() {
+std::string Secret() {
   std::lock_guard<std::mutex> lock(state().mu);
-  return state().token;
+  return state().secret;
 }
 
 void RememberAborted(State& s, int64_t call_id, int64_t generation, const std::string& why) {
@@ -165,7 +167,7 @@ void Serve(ConnectionPtr c) {
   Frame f;
   while (Receive(c->fd, &f)) {
     if (f.h.kind == kHello) {
-      if (f.body != Token()) break;  // another job's process: refuse it
+      if (f.body != Secret()) break;  // not this job's process: refuse it
       std::lock_guard<std::mutex> lock(s.mu);
       c->process = f.h.index;
       s.incoming[c->process] = c;
@@ -230,6 +232,13 @@ void Accept(int listen_fd) {
       if (errno == EINTR || errno == ECONNABORTED) continue;
       return;  // the listener was shut down
     }
+    // Only processes of this user may talk to the job at all.
+    ucred peer{};
+    socklen_t peer_len = sizeof(peer);
+    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &peer_len) != 0 || peer.uid != ::getuid()) {
+      ::close(fd);
+      continue;
+    }
     auto c = std::make_shared<Connection>(fd, -1);
     {
       std::lock_guard<std::mutex> lock(state().mu);
@@ -241,7 +250,7 @@ void Accept(int listen_fd) {
 
 Status Connect(int leader, Clock::time_point deadline, ConnectionPtr* out) {
   State& s = state();
-  std::string token;
+  std::string name, secret;
   int me;
   {
     std::lock_guard<std::mutex> lock(s.mu);
@@ -250,17 +259,18 @@ Status Connect(int leader, Clock::time_point deadline, ConnectionPtr* out) {
       *out = it->second;
       return Status::Ok();
     }
-    token = s.token;
+    name = s.name;
+    secret = s.secret;
     me = s.process;
   }
   socklen_t len;
-  const sockaddr_un addr = Address(token, leader, &len);
+  const sockaddr_un addr = Address(name, leader, &len);
   while (true) {
     int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0) return Errorf("jaxmg: socket() failed: ", std::strerror(errno));
     if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) == 0) {
       auto c = std::make_shared<Connection>(fd, leader);
-      if (!Send(*c, kHello, 0, 0, me, true, token)) {
+      if (!Send(*c, kHello, 0, 0, me, true, secret)) {
         return Errorf("jaxmg: could not greet process ", leader, ": ", std::strerror(errno));
       }
       std::lock_guard<std::mutex> lock(s.mu);
@@ -322,13 +332,12 @@ std::string Missing(const std::vector<int32_t>& processes, const std::vector<boo
 
 Status Lead(int64_t call_id, int64_t generation, const std::vector<int32_t>& processes,
             void* mine, std::chrono::milliseconds timeout, Transport& transport,
-            const rendezvous::LeaderWork& work) {
+            const rendezvous::LeaderWork& work, const Status& prior) {
   State& s = state();
   const int n = static_cast<int>(processes.size());
   std::vector<Request> requests(n);
   std::vector<bool> here(n, false), gone(n, false);
   here[0] = true;
-  bool complete = false;
   {
     std::unique_lock<std::mutex> lock(s.mu);
     const auto deadline = Clock::now() + timeout;
@@ -336,35 +345,42 @@ Status Lead(int64_t call_id, int64_t generation, const std::vector<int32_t>& pro
       auto it = s.aborted.find({call_id, generation});
       return it == s.aborted.end() ? nullptr : &it->second;
     };
-    auto collect = [&] {
+    // Requests stay in the inbox until the meeting starts, so a follower's
+    // cancel always withdraws its own request before that.
+    auto arrived = [&] {
       bool all = true;
       for (int i = 1; i < n; ++i) {
+        here[i] = s.inbox.count({call_id, generation, i}) > 0;
         if (here[i]) continue;
-        auto it = s.inbox.find({call_id, generation, i});
-        if (it != s.inbox.end()) {
-          requests[i] = std::move(it->second);
-          s.inbox.erase(it);
-          here[i] = true;
-          continue;
-        }
         auto c = s.incoming.find(processes[i]);
         gone[i] = c != s.incoming.end() && c->second->closed;
         all = false;
       }
       return all;
     };
-    while (!(complete = collect())) {
+    bool complete = false;
+    // A leader that failed before the meeting fails it at once; late
+    // followers learn it from the aborted list.
+    while (prior.ok() && !(complete = arrived())) {
       if (withdrawn()) break;
       if (std::any_of(gone.begin(), gone.end(), [](bool g) { return g; })) break;
       if (s.cv.wait_until(lock, deadline) == std::cv_status::timeout) {
-        complete = collect();
+        complete = arrived();
         break;
       }
     }
+    if (!prior.ok()) arrived();
     if (complete && withdrawn()) complete = false;
+    for (int i = 1; i < n; ++i) {
+      if (!here[i]) continue;
+      auto it = s.inbox.find({call_id, generation, i});
+      requests[i] = std::move(it->second);
+      s.inbox.erase(it);
+    }
     if (!complete) {
-      const std::string why =
-          withdrawn() ? *withdrawn() : Missing(processes, here, gone, call_id, timeout);
+      const std::string why = !prior.ok()  ? prior.message()
+                              : withdrawn() ? *withdrawn()
+                                            : Missing(processes, here, gone, call_id, timeout);
       RememberAborted(s, call_id, generation, why);
       lock.unlock();
       for (int i = 1; i < n; ++i) {
@@ -393,11 +409,12 @@ Status Lead(int64_t call_id, int64_t generation, const std::vector<int32_t>& pro
 }
 
 Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& processes,
-              int index, std::chrono::milliseconds timeout, Transport& transport) {
+              int index, std::chrono::milliseconds timeout, Transport& transport,
+              const Status& prior) {
   const int leader = processes[0];
   const auto deadline = Clock::now() + timeout;
   std::string request;
-  const Status exported = transport.Export(&request);
+  const Status exported = prior.ok() ? transport.Export(&request) : prior;
   ConnectionPtr c;
   JAXMG_RETURN_IF_ERROR(Connect(leader, deadline, &c));
   std::lock_guard<std::mutex> exchange(c->exchange_mu);
@@ -438,7 +455,7 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
     if (f.h.kind == kStarted) {
       started = true;
     } else if (f.h.kind == kDone) {
-      if (!f.h.ok && cancelled) {
+      if (!f.h.ok && cancelled && !started) {
         return Errorf("jaxmg: participant ", index, " (process ", processes[index], ") waited ",
                       timeout.count(), " ms for call ", call_id, " to start; its leader, process ",
                       leader, ", or another participant never arrived. Every process of the mesh "
@@ -457,8 +474,13 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
 Status Open(const std::string& token, int process_index) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  if (token.empty() || token.size() > 64 || process_index < 0) {
-    return Status::Error("jaxmg: a job channel needs a token of 1-64 characters and a rank >= 0");
+  const size_t colon = token.find(':');
+  const std::string name = token.substr(0, colon);
+  const std::string secret = colon == std::string::npos ? name : token.substr(colon + 1);
+  if (name.empty() || name.size() > 64 || secret.empty() || process_index < 0) {
+    return Status::Error(
+        "jaxmg: a job channel needs a token \"name:secret\" (name of 1-64 characters) and a "
+        "rank >= 0");
   }
   if (s.listen_fd >= 0 && s.token == token && s.process == process_index) return Status::Ok();
   if (s.listen_fd >= 0) {
@@ -473,7 +495,7 @@ Status Open(const std::string& token, int process_index) {
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return Errorf("jaxmg: socket() failed: ", std::strerror(errno));
   socklen_t len;
-  const sockaddr_un addr = Address(token, process_index, &len);
+  const sockaddr_un addr = Address(name, process_index, &len);
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0 || ::listen(fd, 64) != 0) {
     const int err = errno;
     ::close(fd);
@@ -482,6 +504,8 @@ Status Open(const std::string& token, int process_index) {
                   err == EADDRINUSE ? " (another process of this job has the same rank)" : "");
   }
   s.token = token;
+  s.name = name;
+  s.secret = secret;
   s.process = process_index;
   s.listen_fd = fd;
   std::thread(Accept, fd).detach();
@@ -508,7 +532,7 @@ bool CallProcesses(int64_t call_id, std::vector<int32_t>* processes) {
 
 Status Meet(int64_t call_id, const std::vector<int32_t>& processes, void* mine,
             std::chrono::milliseconds arrival_timeout, Transport& transport,
-            const rendezvous::LeaderWork& work) {
+            const rendezvous::LeaderWork& work, const Status& prior) {
   State& s = state();
   int64_t generation;
   int me;
@@ -531,9 +555,9 @@ Status Meet(int64_t call_id, const std::vector<int32_t>& processes, void* mine,
   }
   const int index = static_cast<int>(it - processes.begin());
   if (index == 0) {
-    return Lead(call_id, generation, processes, mine, arrival_timeout, transport, work);
+    return Lead(call_id, generation, processes, mine, arrival_timeout, transport, work, prior);
   }
-  return Follow(call_id, generation, processes, index, arrival_timeout, transport);
+  return Follow(call_id, generation, processes, index, arrival_timeout, transport, prior);
 }
 
 Stats GetStats() {

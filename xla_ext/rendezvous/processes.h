@@ -36,8 +36,10 @@ class Transport {
   virtual Status Apply(const std::string& reply) = 0;
 };
 
-// Starts listening as `process_index` of the job named by `token` (idempotent
-// for the same pair; a new token closes the old channel first).
+// Starts listening as `process_index` of the job `token` = "name:secret": the
+// name names the sockets, the secret (never part of a name) admits peers,
+// and only processes of the same user may connect. Idempotent for the same
+// pair; a new token closes the old channel first.
 Status Open(const std::string& token, int process_index);
 int ProcessIndex();  // -1 before Open
 
@@ -51,10 +53,12 @@ bool CallProcesses(int64_t call_id, std::vector<int32_t>* processes);
 // `arrival_timeout` passes, or a peer's connection drops: each fails every
 // participant with a message naming who is missing), then until the leader's
 // work is done. A call site met repeatedly (loops) meets once per run, in
-// order, as in rendezvous::Meet.
+// order, as in rendezvous::Meet. A participant that failed before the
+// meeting passes its error as `prior`: it still takes its turn (so the runs
+// of every process stay paired) and fails the meeting for everyone.
 Status Meet(int64_t call_id, const std::vector<int32_t>& processes, void* mine,
             std::chrono::milliseconds arrival_timeout, Transport& transport,
-            const rendezvous::LeaderWork& work);
+            const rendezvous::LeaderWork& work, const Status& prior = Status::Ok());
 
 struct Stats {
   int64_t connections;  // open sockets: incoming and outgoing
