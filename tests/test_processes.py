@@ -13,6 +13,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import jaxmg
 
 PATHS = os.pathsep.join(
@@ -297,3 +299,29 @@ def test_the_same_script_runs_as_one_process_and_as_one_process_per_device(tmp_p
     assert "processes 1 devices 2" in single.stdout
     assert f"[rank 0] processes 2 devices 2 x0 {x0}" in out_mpmd
     assert f"[rank 1] processes 2 devices 2 x0 {x0}" in out_mpmd
+
+
+def _fake_peers(monkeypatch, infos):
+    from jaxmg._src import processes
+
+    monkeypatch.setattr(processes, "open_channel", lambda: "job")
+    monkeypatch.setattr(processes, "_process_info", lambda p: infos[p])
+    return processes
+
+
+def test_a_mesh_across_machines_is_refused(monkeypatch):
+    processes = _fake_peers(monkeypatch, {
+        0: {"host": "node-a", "visible": None, "ordinals": {}},
+        1: {"host": "node-b", "visible": None, "ordinals": {}},
+    })
+    with pytest.raises(NotImplementedError, match=r"spans machines \['node-a', 'node-b'\]"):
+        processes.register_call(processes.next_call_id(), [0, 1], "cpu")
+
+
+def test_processes_with_different_gpu_views_are_refused(monkeypatch):
+    processes = _fake_peers(monkeypatch, {
+        0: {"host": "n", "visible": "0", "ordinals": {}},
+        1: {"host": "n", "visible": "1", "ordinals": {}},
+    })
+    with pytest.raises(ValueError, match="same CUDA_VISIBLE_DEVICES"):
+        processes.register_call(processes.next_call_id(), [0, 1], "cuda")
