@@ -1,8 +1,11 @@
 // The cross-process meeting: forked processes meet over their job channel,
 // sum int64 arrays through a copying Transport, leak nothing over many
 // generations, name a missing participant, notice a dead peer quickly, and
-// two jobs with different tokens never mix. (A known bug with abandoned
-// requests is logged, not enforced: see CheckAbandonedRequest.)
+// two jobs with different tokens never mix. A meeting abandoned by a follower
+// fails for all; a participant's prior failure fails its meeting for all at
+// once and keeps the runs paired; staggered arrivals never let one
+// participant succeed where another failed; a process without the job's
+// secret cannot take part.
 //
 // The parent never calls Open (it starts threads, and fork() must happen
 // while the parent has only one); each child opens its own channel.
@@ -122,14 +125,16 @@ Status SumWork(const std::vector<void*>& payloads) {
   return Status::Ok();
 }
 
-// One meeting of participant `rank` of `n`; checks it got the total.
+// One meeting of participant `rank` of `n`; checks it got the total. A
+// failed `prior` is passed on to Meet (the participant failed beforehand).
 Status MeetOnce(int64_t call_id, int n, int rank, int64_t tag, int64_t iteration,
-                std::chrono::milliseconds timeout) {
+                std::chrono::milliseconds timeout, const Status& prior = Status::Ok()) {
   std::vector<int32_t> procs(n);
   for (int i = 0; i < n; ++i) procs[i] = i;
   std::vector<int64_t> mine = Values(tag, rank, iteration);
   CopyTransport transport(&mine, tag, iteration);
-  JAXMG_RETURN_IF_ERROR(processes::Meet(call_id, procs, &mine, timeout, transport, SumWork));
+  JAXMG_RETURN_IF_ERROR(
+      processes::Meet(call_id, procs, &mine, timeout, transport, SumWork, prior));
   for (int k = 0; k < kValues; ++k) {
     if (mine[k] != Total(tag, n, iteration, k)) {
       return jaxmg::Errorf("participant ", rank, " got ", mine[k], " instead of ",
@@ -389,6 +394,216 @@ void CheckAbandonedRequest() {
   });
 }
 
+// 6. A follower that failed before the meeting passes its error as `prior`:
+// the leader (arrival timeout 30 s) fails at once with that message, whether
+// the failed request was there before it (run 0) or came while it waited
+// (run 1); the follower fails too. The failed runs still count on both
+// sides, so run 2 of the same call meets normally.
+void CheckFollowerPriorFailure() {
+  const std::string token = NewToken("followerprior");
+  const Status boom = Status::Error("boom from 1");
+  RunChildren("follower prior failure", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        std::this_thread::sleep_for(300ms);  // run 0: the failed request is already here
+        for (int64_t run : {0, 1}) {
+          const auto start = Clock::now();
+          const Status s = MeetOnce(kCallA, 2, 0, 1, run, 30s);
+          const double elapsed = Seconds(start);
+          std::fprintf(stderr, "follower prior failure: leader run %ld after %.3f s: %s\n",
+                       static_cast<long>(run), elapsed, s.message().c_str());
+          CHECK(!s.ok());
+          CHECK(Contains(s, "boom from 1"));
+          CHECK(elapsed < 5.0);
+        }
+        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 2, 10s));
+        CHECK(processes::GetStats().pending == 0);
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA});
+        for (int64_t run : {0, 1}) {
+          if (run == 1) std::this_thread::sleep_for(600ms);  // the leader waits already
+          const auto start = Clock::now();
+          const Status s = MeetOnce(kCallA, 2, 1, 1, run, 30s, boom);
+          const double elapsed = Seconds(start);
+          CHECK(!s.ok());
+          CHECK(Contains(s, "boom from 1"));
+          CHECK(elapsed < 5.0);
+        }
+        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 2, 10s));
+      },
+  }, 20s);
+}
+
+// 7. The same with the roles swapped: a leader with a prior failure fails at
+// once; its follower (arrival timeout 30 s) fails with the leader's message
+// whether it arrives after the leader gave up (run 0) or was waiting (run 1);
+// run 2 meets normally.
+void CheckLeaderPriorFailure() {
+  const std::string token = NewToken("leaderprior");
+  const Status boom = Status::Error("boom from 0");
+  RunChildren("leader prior failure", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        for (int64_t run : {0, 1}) {
+          if (run == 1) std::this_thread::sleep_for(600ms);  // the follower waits already
+          const auto start = Clock::now();
+          const Status s = MeetOnce(kCallA, 2, 0, 1, run, 30s, boom);
+          const double elapsed = Seconds(start);
+          CHECK(!s.ok());
+          CHECK(Contains(s, "boom from 0"));
+          CHECK(elapsed < 1.0);  // it waits for nobody
+        }
+        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 2, 10s));
+        CHECK(processes::GetStats().pending == 0);
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA});
+        std::this_thread::sleep_for(300ms);  // run 0: the leader has failed already
+        for (int64_t run : {0, 1}) {
+          const auto start = Clock::now();
+          const Status s = MeetOnce(kCallA, 2, 1, 1, run, 30s);
+          const double elapsed = Seconds(start);
+          std::fprintf(stderr, "leader prior failure: follower run %ld after %.3f s: %s\n",
+                       static_cast<long>(run), elapsed, s.message().c_str());
+          CHECK(!s.ok());
+          CHECK(Contains(s, "boom from 0"));
+          CHECK(elapsed < 5.0);
+        }
+        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 2, 10s));
+      },
+  }, 20s);
+}
+
+// 8. Staggered arrivals, arrival timeout 1.5 s for all: follower 1 comes at
+// t = 0 and gives up at 1.5 s, after the leader came (1.1 s) but before
+// follower 2 (2.6 s). Follower 1's request is withdrawn, so the meeting fails
+// for everyone: no participant may succeed where another failed. Follower 1
+// fails at its own timeout, the leader at the withdrawal (before its own
+// timeout), follower 2 at once; all within 3 s of their own arrival. The
+// next run of the call meets normally.
+void CheckStaggeredArrivals() {
+  const std::string token = NewToken("staggered");
+  const auto t0 = Clock::now() + 300ms;  // CLOCK_MONOTONIC: the same in every child
+  auto participant = [=](int rank, std::chrono::milliseconds arrival) {
+    return std::function<void()>([=] {
+      CHECK_OK(processes::Open(token, rank));
+      RegisterAll(3, {kCallA});
+      std::this_thread::sleep_until(t0 + arrival);
+      const auto start = Clock::now();
+      const Status s = MeetOnce(kCallA, 3, rank, 1, 0, 1500ms);
+      const double elapsed = Seconds(start);
+      std::fprintf(stderr, "staggered: participant %d (arrived at %.3f s) after %.3f s: %s\n", rank,
+                   std::chrono::duration<double>(start - t0).count(), elapsed,
+                   s.message().c_str());
+      CHECK(!s.ok());
+      if (rank == 1) {
+        // It fails when its own timeout passes, not when the leader's does.
+        CHECK(Contains(s, "waited 1500 ms"));
+        CHECK(elapsed >= 1.45 && elapsed < 2.5);
+      } else if (rank == 0) {
+        // Follower 1's withdrawal (0.4 s after it came) fails the meeting.
+        CHECK(elapsed < 1.3);
+      } else {
+        CHECK(elapsed < 3.0);
+      }
+      CHECK_OK(MeetOnce(kCallA, 3, rank, 1, 1, 10s));
+      CHECK(processes::GetStats().pending == 0);
+    });
+  };
+  RunChildren("staggered arrivals", {participant(0, 1100ms), participant(1, 0ms),
+                                     participant(2, 2600ms)}, 20s);
+}
+
+// 9. A process that has the job's name but not its secret ("name:wrong", or a
+// bare "name", whose secret is the name) cannot take part: the leader drops
+// its connection at the hello, so its Meet fails with the leader's channel
+// closed, and the leader, whose real follower never came, times out naming
+// participant 1 (not as disconnected: the impostor never counted as it).
+// Each impostor is a process of its own holding rank 1's socket name in
+// turn (see CheckReopenSameName for why not one process re-Opening); the
+// real follower comes once they left it, and a fresh call meets normally.
+void Impostor(const std::string& wrong, const std::string& name) {
+  Status opened;
+  const auto until = Clock::now() + 5s;
+  do {  // until the previous holder has left rank 1's socket name
+    opened = processes::Open(wrong, 1);
+    if (!opened.ok()) std::this_thread::sleep_for(20ms);
+  } while (!opened.ok() && Clock::now() < until);
+  CHECK_OK(opened);
+  RegisterAll(2, {kCallA});
+  const auto start = Clock::now();
+  const Status s = MeetOnce(kCallA, 2, 1, 1, 0, 3s);
+  const double elapsed = Seconds(start);
+  std::fprintf(stderr, "wrong secret: impostor %s after %.3f s: %s\n",
+               wrong == name ? "with the bare name" : wrong.c_str() + name.size(), elapsed,
+               s.message().c_str());
+  CHECK(!s.ok());
+  CHECK(Contains(s, "closed its channel"));
+  CHECK(elapsed < 2.0);
+}
+
+void CheckWrongSecret() {
+  const std::string name = NewToken("secret");
+  const std::string token = name + ":right";
+  RunChildren("wrong secret", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA, kCallB});
+        const auto start = Clock::now();
+        const Status s = MeetOnce(kCallA, 2, 0, 1, 0, 1s);
+        const double elapsed = Seconds(start);
+        std::fprintf(stderr, "wrong secret: leader after %.3f s: %s\n", elapsed,
+                     s.message().c_str());
+        CHECK(!s.ok());
+        CHECK(Contains(s, "participants [1 (process 1)]"));
+        CHECK(Contains(s, "did not reach"));
+        CHECK(elapsed >= 1.0 && elapsed < 4.0);
+        CHECK_OK(MeetOnce(kCallB, 2, 0, 2, 0, 10s));
+        CHECK(processes::GetStats().pending == 0);
+        CHECK(processes::GetStats().connections == 1);  // the impostors' are gone
+      },
+      [=] { Impostor(name + ":wrong", name); },
+      [=] {
+        std::this_thread::sleep_for(300ms);  // after the first impostor
+        Impostor(name, name);
+      },
+      [=] {
+        std::this_thread::sleep_for(1300ms);  // after the leader's call A timed out
+        Status opened;
+        const auto until = Clock::now() + 5s;
+        do {  // until the impostors have left rank 1's socket name
+          opened = processes::Open(token, 1);
+          if (!opened.ok()) std::this_thread::sleep_for(20ms);
+        } while (!opened.ok() && Clock::now() < until);
+        CHECK_OK(opened);
+        RegisterAll(2, {kCallA, kCallB});
+        CHECK_OK(MeetOnce(kCallB, 2, 1, 2, 0, 10s));
+        std::this_thread::sleep_for(300ms);  // connected while the leader counts
+      },
+  }, 20s);
+}
+
+// 10. Reopening a channel under the same name with another secret: Open must
+// wait for the old acceptor to leave accept() before it binds the name again
+// (the sleep makes sure the acceptor sits in accept()).
+
+void CheckReopenSameName() {
+  const std::string name = NewToken("reopen");
+  RunChildren("re-open same name", {
+      [=] {
+        for (int i = 0; i < 20; ++i) {
+          std::this_thread::sleep_for(10ms);  // the Accept thread blocks in accept()
+          CHECK_OK(processes::Open(name + (i % 2 == 0 ? ":a" : ":b"), 0));
+        }
+      },
+  }, 10s);
+}
+
 }  // namespace
 
 int main() {
@@ -398,6 +613,11 @@ int main() {
   CheckDeadLeader();
   CheckJobsIsolated();
   CheckAbandonedRequest();
+  CheckFollowerPriorFailure();
+  CheckLeaderPriorFailure();
+  CheckStaggeredArrivals();
+  CheckWrongSecret();
+  CheckReopenSameName();
   std::printf("processes_test: passed\n");
   return 0;
 }

@@ -135,6 +135,7 @@ struct State {
   std::string secret;  // proves a peer belongs to the job (never in a name)
   int process = -1;
   int listen_fd = -1;
+  std::thread acceptor;
   std::map<int64_t, std::vector<int32_t>> calls;
   std::map<int64_t, int64_t> arrivals;  // per call site: this process's runs so far
   // Leader side.
@@ -196,7 +197,7 @@ void Serve(ConnectionPtr c) {
       s.inbox.erase(it);
       const std::string why = Errorf("jaxmg: participant ", f.h.index, " (process ", c->process,
                                      ") gave up waiting for call ", f.h.call_id,
-                                     " to start; its leader arrived too late")
+                                     " to start: not every participant arrived in time")
                                   .message();
       RememberAborted(s, f.h.call_id, f.h.generation, why);
       s.cv.notify_all();
@@ -473,7 +474,7 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
 
 Status Open(const std::string& token, int process_index) {
   State& s = state();
-  std::lock_guard<std::mutex> lock(s.mu);
+  std::unique_lock<std::mutex> lock(s.mu);
   const size_t colon = token.find(':');
   const std::string name = token.substr(0, colon);
   const std::string secret = colon == std::string::npos ? name : token.substr(colon + 1);
@@ -484,7 +485,12 @@ Status Open(const std::string& token, int process_index) {
   }
   if (s.listen_fd >= 0 && s.token == token && s.process == process_index) return Status::Ok();
   if (s.listen_fd >= 0) {
+    // The name is free again only once the old acceptor has left accept().
     ::shutdown(s.listen_fd, SHUT_RDWR);
+    std::thread acceptor = std::move(s.acceptor);
+    lock.unlock();
+    if (acceptor.joinable()) acceptor.join();
+    lock.lock();
     ::close(s.listen_fd);
     s.listen_fd = -1;
     for (auto& [p, c] : s.outgoing) ::shutdown(c->fd, SHUT_RDWR);
@@ -508,7 +514,7 @@ Status Open(const std::string& token, int process_index) {
   s.secret = secret;
   s.process = process_index;
   s.listen_fd = fd;
-  std::thread(Accept, fd).detach();
+  s.acceptor = std::thread(Accept, fd);
   return Status::Ok();
 }
 
