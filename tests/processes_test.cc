@@ -525,8 +525,8 @@ void CheckStaggeredArrivals() {
 // closed, and the leader, whose real follower never came, times out naming
 // participant 1 (not as disconnected: the impostor never counted as it).
 // Each impostor is a process of its own holding rank 1's socket name in
-// turn (see CheckReopenSameName for why not one process re-Opening); the
-// real follower comes once they left it, and a fresh call meets normally.
+// turn; the real follower comes once they left it, and a fresh call meets
+// normally.
 void Impostor(const std::string& wrong, const std::string& name) {
   Status opened;
   const auto until = Clock::now() + 5s;
