@@ -352,6 +352,37 @@ void CheckJobsIsolated() {
   RunChildren("isolation", bodies);
 }
 
+// 4b. Two calls in flight at once on one follower (XLA:CPU may run
+// independent calls concurrently), met by the leader in the other order:
+// each answer reaches its own waiter, so neither waits for the other.
+void CheckConcurrentCalls() {
+  const std::string token = NewToken("concurrent");
+  RunChildren("concurrent calls", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA, kCallB});
+        for (int it = 0; it < 50; ++it) {
+          CHECK_OK(MeetOnce(kCallB, 2, 0, 2, it, 10s));
+          CHECK_OK(MeetOnce(kCallA, 2, 0, 1, it, 10s));
+        }
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA, kCallB});
+        for (int it = 0; it < 50; ++it) {
+          Status a, b;
+          std::thread first([&] { a = MeetOnce(kCallA, 2, 1, 1, it, 10s); });
+          std::this_thread::sleep_for(1ms);  // A's request goes out first
+          std::thread second([&] { b = MeetOnce(kCallB, 2, 1, 2, it, 10s); });
+          first.join();
+          second.join();
+          CHECK_OK(a);
+          CHECK_OK(b);
+        }
+      },
+  }, 30s);
+}
+
 // 5. A follower that gave up (its arrival timeout passed) or died after
 // sending its request: a leader arriving later must fail that meeting too,
 // or participants of one meeting would disagree (and on GPUs the leader would
@@ -612,6 +643,7 @@ int main() {
   CheckDeadFollower();
   CheckDeadLeader();
   CheckJobsIsolated();
+  CheckConcurrentCalls();
   CheckAbandonedRequest();
   CheckFollowerPriorFailure();
   CheckLeaderPriorFailure();

@@ -1,7 +1,6 @@
 #include "xla_ext/rendezvous/processes.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -9,6 +8,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <exception>
 #include <map>
 #include <memory>
@@ -50,8 +50,13 @@ struct Connection {
   const int fd;
   int process;             // the peer's process index (-1 until hello)
   bool closed = false;     // the peer hung up (incoming side)
-  std::mutex exchange_mu;  // one request/answer at a time (outgoing side)
   std::mutex write_mu;
+  // Outgoing side: the leader's answers, sorted by meeting by a reader thread,
+  // so calls in flight at once never wait on each other's answers.
+  std::mutex box_mu;
+  std::condition_variable box_cv;
+  std::map<std::pair<int64_t, int64_t>, std::deque<Frame>> box;
+  bool eof = false;
 };
 using ConnectionPtr = std::shared_ptr<Connection>;
 
@@ -91,22 +96,6 @@ bool Receive(int fd, Frame* f) {
   if (f->h.size > (uint64_t{1} << 40)) return false;
   f->body.resize(f->h.size);
   return ReadAll(fd, f->body.data(), f->body.size());
-}
-
-// Waits until fd is readable; false at the deadline. No deadline: forever.
-bool WaitReadable(int fd, const Clock::time_point* deadline) {
-  while (true) {
-    int ms = -1;
-    if (deadline) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - Clock::now());
-      ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1 << 30));
-    }
-    pollfd p{fd, POLLIN, 0};
-    int r = ::poll(&p, 1, ms);
-    if (r > 0) return true;
-    if (r == 0) return false;
-    if (errno != EINTR) return true;  // let the read report it
-  }
 }
 
 sockaddr_un Address(const std::string& job, int process, socklen_t* len) {
@@ -249,6 +238,20 @@ void Accept(int listen_fd) {
   }
 }
 
+// Sorts the leader's answers on an outgoing connection into its box.
+void ReadAnswers(ConnectionPtr c) {
+  Frame f;
+  while (Receive(c->fd, &f)) {
+    std::lock_guard<std::mutex> lock(c->box_mu);
+    if (c->box.size() > 1024) c->box.erase(c->box.begin());  // answers nobody awaits
+    c->box[{f.h.call_id, f.h.generation}].push_back(std::move(f));
+    c->box_cv.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(c->box_mu);
+  c->eof = true;
+  c->box_cv.notify_all();
+}
+
 Status Connect(int leader, Clock::time_point deadline, ConnectionPtr* out) {
   State& s = state();
   std::string name, secret;
@@ -276,6 +279,7 @@ Status Connect(int leader, Clock::time_point deadline, ConnectionPtr* out) {
       }
       std::lock_guard<std::mutex> lock(s.mu);
       s.outgoing[leader] = c;
+      std::thread(ReadAnswers, c).detach();
       *out = c;
       return Status::Ok();
     }
@@ -418,23 +422,47 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
   const Status exported = prior.ok() ? transport.Export(&request) : prior;
   ConnectionPtr c;
   JAXMG_RETURN_IF_ERROR(Connect(leader, deadline, &c));
-  std::lock_guard<std::mutex> exchange(c->exchange_mu);
+  const auto closed = [&] {
+    DropOutgoing(c);
+    return Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
+                  ") closed its channel: it exited or crashed");
+  };
   // A failed export still goes to the leader, so every participant fails now
   // rather than at the timeout.
   if (!Send(*c, kRequest, call_id, generation, index, exported.ok(),
             exported.ok() ? request : exported.message())) {
-    DropOutgoing(c);
-    return Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
-                  ") closed its channel: it exited or crashed");
+    return closed();
   }
+  const std::pair<int64_t, int64_t> key{call_id, generation};
   bool started = false, cancelled = false;
   Clock::time_point grace;
-  Frame f;
   while (true) {
-    // Until the meeting starts the arrival deadline holds; the work itself
-    // may take as long as it needs, but a leader that dies is noticed.
-    const Clock::time_point* until = started ? nullptr : (cancelled ? &grace : &deadline);
-    if (!WaitReadable(c->fd, until)) {
+    Frame f;
+    bool got = false, eof = false;
+    {
+      std::unique_lock<std::mutex> lock(c->box_mu);
+      auto ready = [&] {
+        auto it = c->box.find(key);
+        return (it != c->box.end() && !it->second.empty()) || c->eof;
+      };
+      // Until the meeting starts the arrival deadline holds; the work itself
+      // may take as long as it needs, but a leader that dies is noticed.
+      if (started) {
+        c->box_cv.wait(lock, ready);
+      } else {
+        c->box_cv.wait_until(lock, cancelled ? grace : deadline, ready);
+      }
+      auto it = c->box.find(key);
+      if (it != c->box.end() && !it->second.empty()) {
+        f = std::move(it->second.front());
+        it->second.pop_front();
+        if (it->second.empty()) c->box.erase(it);
+        got = true;
+      }
+      eof = c->eof;
+    }
+    if (!got) {
+      if (eof) return closed();
       if (!cancelled) {
         // Withdraw the request; the leader's answer settles whether the
         // meeting failed or had just started.
@@ -447,12 +475,6 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
                     ") waited ", timeout.count(), " ms for call ", call_id,
                     " to start; its leader, process ", leader, ", does not answer");
     }
-    if (!Receive(c->fd, &f)) {
-      DropOutgoing(c);
-      return Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
-                    ") closed its channel: it exited or crashed");
-    }
-    if (f.h.call_id != call_id || f.h.generation != generation) continue;  // a stale answer
     if (f.h.kind == kStarted) {
       started = true;
     } else if (f.h.kind == kDone) {
