@@ -4,13 +4,16 @@ Generates an SPD, a Hermitian and a general matrix row-sharded over every
 device (8 forced host CPU devices when there is no GPU), runs the Cholesky
 solve, SPD inverse, eigendecomposition, LU solve and log-determinant, and a
 Gaussian-process style gradient through the sharded factor, and prints the
-layout, residuals and times.
+layout, residuals and times. With --processes K the same job runs as K
+processes of one device each (one GPU each where there are GPUs), launched
+with `python -m jaxmg.launch`.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 
 
@@ -24,12 +27,25 @@ def main() -> None:
     parser.add_argument("--devices", type=int, default=8, help="host CPU devices without a GPU")
     parser.add_argument("--tile", type=int, default=32, help="block-cyclic tile T_A (default 32)")
     parser.add_argument("--dtype", default="float64", choices=["float32", "float64", "complex64", "complex128"])
+    parser.add_argument("--processes", type=int, default=0,
+                        help="run as this many processes of one device each")
     args = parser.parse_args()
+    launched = "JAXMG_COORDINATOR" in os.environ
+    if args.processes and not launched:
+        import jaxmg.launch
+
+        os.environ["JAXMG_DEMO_DEVICES"] = "1"
+        sys.exit(jaxmg.launch.run(args.processes, [sys.executable, __file__, *sys.argv[1:]],
+                                  one_gpu_per_process=_gpu_present()))
+    devices_here = int(os.environ.get("JAXMG_DEMO_DEVICES", args.devices))
     if not _gpu_present():
         os.environ["XLA_FLAGS"] = (
-            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={args.devices}"
+            os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices_here}"
         )
         os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jaxmg.launch
+
+    jaxmg.launch.initialize()
 
     import jax
     import jax.numpy as jnp
@@ -39,7 +55,16 @@ def main() -> None:
     if args.dtype in ("float64", "complex128"):
         jax.config.update("jax_enable_x64", True)  # the demo's choice, not the library's
     import jaxmg
+    from jax.experimental import multihost_utils
     from jaxmg._src import distribution as dist
+
+    # Every process checks its results; the first one prints them.
+    say = print if jax.process_index() == 0 else (lambda *args, **kwargs: None)
+
+    def host(x):  # the whole array, in every process
+        if jax.process_count() == 1:
+            return np.asarray(x)
+        return np.asarray(multihost_utils.process_allgather(x, tiled=True))
 
     devices = jax.devices()
     mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
@@ -47,8 +72,9 @@ def main() -> None:
     n_dev = len(devices)
     tile = dist.choose_tile(n, n_dev, args.tile)
     n_pad = dist.padded_size(n, n_dev, tile)
-    print(f"jaxmg {jaxmg.__version__} on {n_dev} x {devices[0].platform} devices "
-          f"({devices[0].device_kind}); N={n} {dtype.name}, tile T_A={tile}, padded N={n_pad}")
+    say(f"jaxmg {jaxmg.__version__} on {n_dev} x {devices[0].platform} devices "
+          f"({devices[0].device_kind}) in {jax.process_count()} process(es); "
+          f"N={n} {dtype.name}, tile T_A={tile}, padded N={n_pad}")
 
     rng = np.random.default_rng(0)
     m = rng.standard_normal((n, n))
@@ -61,16 +87,18 @@ def main() -> None:
 
     rows = P("x", None) if n % n_dev == 0 else P()
     kw = {} if n % n_dev == 0 else {"mesh": mesh, "spec": P("x", None)}
-    a = jax.device_put(spd, NamedSharding(mesh, rows))
-    h = jax.device_put(herm, NamedSharding(mesh, rows))
-    g = jax.device_put(gen, NamedSharding(mesh, rows))
+    def put(x, spec):  # every process builds its own shards
+        return jax.make_array_from_callback(x.shape, NamedSharding(mesh, spec), lambda i: x[i])
 
-    print("\nblock-cyclic layout: which device holds each tile of T_A columns")
+    a, h, g = put(spd, rows), put(herm, rows), put(gen, rows)
+    b_dev = put(b, P())
+
+    say("\nblock-cyclic layout: which device holds each tile of T_A columns")
     n_tiles = n_pad // tile
     shown = min(n_tiles, 24)
-    print("  tile   " + " ".join(f"{t:>3}" for t in range(shown)) + (" ..." if shown < n_tiles else ""))
-    print("  device " + " ".join(f"{t % n_dev:>3}" for t in range(shown)))
-    print(f"  (device d holds tiles d, d+{n_dev}, d+{2 * n_dev}, ...; a holds rows "
+    say("  tile   " + " ".join(f"{t:>3}" for t in range(shown)) + (" ..." if shown < n_tiles else ""))
+    say("  device " + " ".join(f"{t % n_dev:>3}" for t in range(shown)))
+    say(f"  (device d holds tiles d, d+{n_dev}, d+{2 * n_dev}, ...; a holds rows "
           f"{n_pad // n_dev} per device before conversion)")
 
     def timed(fn):
@@ -80,26 +108,26 @@ def main() -> None:
         return out, time.perf_counter() - start
 
     eps = np.finfo(dtype).eps
-    (x, info), t_potrs = timed(lambda: jaxmg.potrs(a, jnp.asarray(b), return_info=True, tile_size=args.tile, **kw))
-    x = np.asarray(x)
+    (x, info), t_potrs = timed(lambda: jaxmg.potrs(a, b_dev, return_info=True, tile_size=args.tile, **kw))
+    x = host(x)
     r_potrs = np.linalg.norm(spd @ x - b) / (np.linalg.norm(spd) * np.linalg.norm(x))
     inv, t_potri = timed(lambda: jaxmg.potri(a, tile_size=args.tile, **kw))
-    r_potri = np.linalg.norm(np.asarray(inv) @ spd - np.eye(n)) / np.sqrt(n)
+    r_potri = np.linalg.norm(host(inv) @ spd - np.eye(n)) / np.sqrt(n)
     (w, v), t_syevd = timed(lambda: jaxmg.syevd(h, tile_size=args.tile, **kw))
-    w, v = np.asarray(w), np.asarray(v)
+    w, v = host(w), host(v)
     r_syevd = np.linalg.norm(herm @ v - v * w) / np.linalg.norm(herm)
     r_orth = np.linalg.norm(v.conj().T @ v - np.eye(n)) / np.sqrt(n)
 
     lu = jaxmg.lu_factor(g, tile_size=args.tile, **kw)
-    x_lu, t_lu = timed(lambda: jaxmg.lu_solve(jaxmg.lu_factor(g, tile_size=args.tile, **kw), jnp.asarray(b)))
-    x_lu = np.asarray(x_lu)
+    x_lu, t_lu = timed(lambda: jaxmg.lu_solve(jaxmg.lu_factor(g, tile_size=args.tile, **kw), b_dev))
+    x_lu = host(x_lu)
     r_lu = np.linalg.norm(gen @ x_lu - b) / (np.linalg.norm(gen) * np.linalg.norm(x_lu))
     (sign, logabs), t_det = timed(lambda: jaxmg.slogdet(g, tile_size=args.tile, **kw))
     sign_ref, logabs_ref = np.linalg.slogdet(gen)
-    r_det = abs(float(logabs) - logabs_ref) / abs(logabs_ref) + abs(complex(sign) - sign_ref)
+    r_det = abs(float(host(logabs)) - logabs_ref) / abs(logabs_ref) + abs(complex(host(sign)) - sign_ref)
 
     # A Gaussian-process negative log-likelihood, differentiated through the factor.
-    y = jnp.asarray(b[:, 0])
+    y = put(b[:, 0], P())
 
     def nll(a):
         f = jaxmg.cho_factor(a, tile_size=args.tile, **kw)
@@ -108,14 +136,17 @@ def main() -> None:
     with jax.set_mesh(mesh):
         grad = jax.jit(jax.grad(nll))
         gr, t_grad = timed(lambda: grad(a))
+    y_local = jnp.asarray(b[:, 0])
+
     def nll_reference(a):  # the same loss with jax.numpy on one device
-        return (0.5 * jnp.real(jnp.vdot(y, jnp.linalg.solve(a, y)))
+        return (0.5 * jnp.real(jnp.vdot(y_local, jnp.linalg.solve(a, y_local)))
                 + 0.5 * jnp.linalg.slogdet(a)[1])
 
     expected = np.asarray(jax.grad(nll_reference)(jnp.asarray(spd)))
-    r_grad = np.linalg.norm(np.asarray(gr) - expected) / np.linalg.norm(expected)
+    r_grad = np.linalg.norm(host(gr) - expected) / np.linalg.norm(expected)
 
-    print(f"\n{'routine':<8} {'time (s)':>10} {'residual':>12} {'residual/eps':>13}  check")
+    failed = 0
+    say(f"\n{'routine':<8} {'time (s)':>10} {'residual':>12} {'residual/eps':>13}  check")
     for name, t, r in [
         ("potrs", t_potrs, r_potrs),
         ("potri", t_potri, r_potri),
@@ -124,10 +155,15 @@ def main() -> None:
         ("slogdet", t_det, r_det),
         ("grad", t_grad, r_grad),
     ]:
-        print(f"{name:<8} {t:>10.4f} {r:>12.2e} {r / eps:>13.1f}  {'ok' if r < 1e3 * eps * n else 'FAILED'}")
+        ok = r < 1e3 * eps * n
+        failed += not ok
+        say(f"{name:<8} {t:>10.4f} {r:>12.2e} {r / eps:>13.1f}  {'ok' if ok else 'FAILED'}")
     v_dev = jaxmg.syevd(h, tile_size=args.tile, **kw)[1]
-    print(f"\npotrs info={int(info)}; input a: {a.sharding.spec}; eigenvectors: {v_dev.sharding.spec}; "
-          f"gradient: {gr.sharding.spec}; LU factor info={int(lu.info)}")
+    say(f"\npotrs info={int(host(info))}; input a: {a.sharding.spec}; eigenvectors: "
+          f"{v_dev.sharding.spec}; gradient: {gr.sharding.spec}; LU factor info={int(host(lu.info))}")
+    if failed:
+        print(f"process {jax.process_index()}: {failed} check(s) FAILED")
+        sys.exit(1)
 
 
 if __name__ == "__main__":
