@@ -61,6 +61,14 @@ def library() -> ctypes.CDLL:
     lib.jaxmg_live_meetings.restype = ctypes.c_int64
     lib.jaxmg_cuda_init.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.jaxmg_cuda_init.restype = ctypes.c_int
+    lib.jaxmg_processes_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                                         ctypes.c_size_t]
+    lib.jaxmg_processes_open.restype = ctypes.c_int
+    lib.jaxmg_register_call.argtypes = [ctypes.c_int64, ctypes.c_int32,
+                                        ctypes.POINTER(ctypes.c_int32)]
+    lib.jaxmg_register_call.restype = None
+    lib.jaxmg_processes_stats.argtypes = [ctypes.c_void_p]
+    lib.jaxmg_processes_stats.restype = None
     _register_lapack(lib)
     _register_targets(lib, "cpu", xla_platform="cpu")
     jax.ffi.register_ffi_target(

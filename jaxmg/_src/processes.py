@@ -2,11 +2,11 @@
 ``jax.distributed``, ``python -m jaxmg.launch``, Slurm, mpirun).
 
 The library's participants then meet over a job-private channel instead of
-inside one process. This module opens that channel once per process (its
-name is a random token that process 0 publishes through jax.distributed's
-key-value store, so two jobs on one node never meet), registers each call
-site's processes at trace time, and finds the CUDA ordinals of devices that
-belong to other processes.
+inside one process. This module opens that channel once per process (a
+random "name:secret" token that the first rank to get there publishes
+through jax.distributed's key-value store, so two jobs on one node never
+meet), registers each call site's processes at trace time, and finds the
+CUDA ordinals of devices that belong to other processes.
 """
 
 from __future__ import annotations
@@ -65,9 +65,6 @@ def open_channel() -> str:
     }
     client.key_value_set(_PROCESS_KEY.format(me), json.dumps(mine), allow_overwrite=True)
     lib = library.library()
-    lib.jaxmg_processes_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
-                                         ctypes.c_size_t]
-    lib.jaxmg_processes_open.restype = ctypes.c_int
     error = ctypes.create_string_buffer(4096)
     if lib.jaxmg_processes_open(token.encode(), me, error, len(error)):
         raise RuntimeError(error.value.decode())
@@ -112,12 +109,8 @@ def register_call(call_id: int, owners: list[int], platform: str) -> None:
             "CUDA_VISIBLE_DEVICES and pick each one's GPU with jax.distributed's "
             "local_device_ids (`python -m jaxmg.launch --one-gpu-per-process` does)"
         )
-    lib = library.library()
     array = (ctypes.c_int32 * len(owners))(*owners)
-    lib.jaxmg_register_call.argtypes = [ctypes.c_int64, ctypes.c_int32,
-                                        ctypes.POINTER(ctypes.c_int32)]
-    lib.jaxmg_register_call.restype = None
-    lib.jaxmg_register_call(call_id, len(owners), array)
+    library.library().jaxmg_register_call(call_id, len(owners), array)
 
 
 @functools.cache
@@ -155,9 +148,6 @@ def next_call_id() -> int:
 
 def stats() -> dict[str, int]:
     """Open channel sockets, requests waiting for a meeting, registered calls."""
-    lib = library.library()
     out = np.zeros(3, dtype=np.int64)
-    lib.jaxmg_processes_stats.argtypes = [ctypes.c_void_p]
-    lib.jaxmg_processes_stats.restype = None
-    lib.jaxmg_processes_stats(out.ctypes.data)
+    library.library().jaxmg_processes_stats(out.ctypes.data)
     return {"connections": int(out[0]), "pending": int(out[1]), "calls": int(out[2])}
