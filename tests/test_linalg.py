@@ -535,3 +535,30 @@ def test_rhs_dtype_differs_from_a(rng, routine):
         assert "dtype" in str(e) and "complex128" in str(e), str(e)
         return
     assert x.dtype == np.complex128 and helpers.residual(a, x, b) <= tol(np.float64, n)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128])
+@pytest.mark.parametrize("order", [("r", "c"), ("c", "r")])
+def test_rows_over_both_axes_of_a_two_dimensional_mesh(rng, dtype, order):
+    """A 2 x 2 mesh with rows over both axes, P(("r", "c"), None) or the other
+    order (which deals rows to the devices differently): every routine gives
+    NumPy's answer, and results keep a's row sharding."""
+    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+    rows = NamedSharding(mesh, P(order, None))
+    n = 12
+    a_np = helpers.spd(rng, n, dtype, CONDITION)
+    g_np = general(rng, n, dtype)
+    b_np = helpers.random_matrix(rng, n, dtype, 3)
+    a, g, b = (jax.device_put(x, rows) for x in (a_np, g_np, b_np))
+    x = jaxmg.solve(a, b, assume_a="pos")
+    assert x.sharding.spec == P(order, None)
+    check_solution(a_np, x, b_np, dtype)
+    check_solution(g_np, jaxmg.solve(g, b), b_np, dtype)
+    check_solution(a_np, jaxmg.cho_solve(jaxmg.cho_factor(a), b), b_np, dtype)
+    tol = 100 * n * np.finfo(dtype).eps
+    inv = np.asarray(jaxmg.inv(a, assume_a="pos"))
+    assert np.abs(inv @ a_np - np.eye(n)).max() < tol * np.linalg.cond(a_np)
+    w = np.asarray(jaxmg.eigvalsh(a))
+    assert np.abs(w - np.linalg.eigvalsh(a_np)).max() < tol * np.abs(w).max()
+    logdet = float(jaxmg.slogdet(g).logabsdet)
+    assert abs(logdet - np.linalg.slogdet(g_np)[1]) < tol * max(1.0, abs(logdet))

@@ -42,7 +42,9 @@ def _axis_devices(placement: distribution.Placement, why: str):
             f"jaxmg: inside shard_map {why}, pass mesh= (the concrete jax.sharding.Mesh) or "
             "call under `with jax.set_mesh(mesh):`"
         )
-    return list(np.moveaxis(mesh.devices, mesh.axis_names.index(placement.axis), 0).reshape(-1))
+    # The row axes first, in order (the first one major), as P((r, c), None) deals rows.
+    axes = [mesh.axis_names.index(ax) for ax in placement.axes]
+    return list(np.moveaxis(mesh.devices, axes, list(range(len(axes)))).reshape(-1))
 
 
 def _call_id(placement: distribution.Placement, platform: str) -> int:

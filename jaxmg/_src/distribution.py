@@ -39,15 +39,21 @@ def timeout_ms() -> int:
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
-    """The devices one call runs on: `mesh`, with rows sharded over `axis`."""
+    """The devices one call runs on: `mesh`, with rows sharded over `axis`
+    (one mesh axis, or a tuple of them: rows over their product, the first
+    one major, as in P(("r", "c"), None))."""
 
     mesh: Mesh
-    axis: str
+    axis: str | tuple[str, ...]
     manual: bool  # True inside the caller's shard_map: arrays are local blocks
 
     @property
+    def axes(self) -> tuple[str, ...]:
+        return self.axis if isinstance(self.axis, tuple) else (self.axis,)
+
+    @property
     def n_devices(self) -> int:
-        return self.mesh.shape[self.axis]
+        return math.prod(self.mesh.shape[ax] for ax in self.axes)
 
 
 def check_rank2(a, name: str = "a") -> None:
@@ -100,20 +106,16 @@ def check_tile(tile_size) -> int | None:
 
 
 def _rows_axis(spec, name: str):
+    """The mesh axis (or tuple of axes) sharding the rows, None if none."""
     entries = tuple(spec) + (None, None)
     rows, cols = entries[0], entries[1]
     if cols is not None:
         raise ValueError(
             f"jaxmg: {name} is sharded along its columns ({P(*spec)}); jaxmg needs rows "
-            f"sharded and columns whole, e.g. P('x', None)"
+            f"sharded and columns whole, e.g. P('x', None), or P(('r', 'c'), None) on a 2-D mesh"
         )
     if isinstance(rows, tuple):
-        if len(rows) != 1:
-            raise ValueError(
-                f"jaxmg: {name}'s rows are sharded over several mesh axes {rows}; "
-                "use one axis, e.g. P('x', None)"
-            )
-        rows = rows[0]
+        rows = rows[0] if len(rows) == 1 else (tuple(rows) or None)
     return rows
 
 
@@ -203,15 +205,18 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
                 "or pass spec=P(axis, None)"
             )
         rows = mesh.axis_names[0]
-    if rows not in mesh.axis_names:
-        raise ValueError(f"jaxmg: spec names axis {rows!r}, not in the mesh axes {mesh.axis_names}")
+    axes = rows if isinstance(rows, tuple) else (rows,)
+    missing = [ax for ax in axes if ax not in mesh.axis_names]
+    if missing:
+        raise ValueError(f"jaxmg: spec names axis {missing[0]!r}, not in the mesh axes {mesh.axis_names}")
     _check_one_process(mesh)
-    others = {ax: size for ax, size in mesh.shape.items() if ax != rows and size > 1}
+    others = {ax: size for ax, size in mesh.shape.items() if ax not in axes and size > 1}
     if others:
         raise ValueError(
-            f"jaxmg: the mesh has axes {dict(mesh.shape)}; jaxmg uses a 1-D mesh (other axes "
-            f"{others} must have size 1). Build the mesh over the devices to use, e.g. "
-            "jax.make_mesh((n,), ('x',))"
+            f"jaxmg: the mesh has axes {dict(mesh.shape)} but {name}'s rows are sharded over "
+            f"{axes} only; jaxmg spreads the rows over every device it uses (other axes "
+            f"{others} must have size 1). Shard the rows over all axes, e.g. "
+            f"P({tuple(mesh.axis_names)}, None), or build the mesh over the devices to use"
         )
     return Placement(mesh, rows, manual=False)
 
@@ -236,9 +241,9 @@ def _manual_placement(abstract, mesh, spec, name: str) -> Placement:
                 f"which axis shards {name}'s rows"
             )
         rows = manual[0]
-    if rows not in manual:
+    if any(ax not in manual for ax in (rows if isinstance(rows, tuple) else (rows,))):
         raise ValueError(
-            f"jaxmg: inside shard_map, {name}'s row axis {rows!r} must be one of the manual "
+            f"jaxmg: inside shard_map, {name}'s row axis {rows!r} must be among the manual "
             f"axes {manual}"
         )
     return Placement(mesh if mesh is not None else abstract, rows, manual=True)
@@ -282,7 +287,7 @@ def pad_rows(b, n_pad: int):
 
 def is_explicit(placement: Placement) -> bool:
     types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
-    return types[placement.axis] == jax.sharding.AxisType.Explicit
+    return all(types[ax] == jax.sharding.AxisType.Explicit for ax in placement.axes)
 
 
 def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
