@@ -562,3 +562,24 @@ def test_rows_over_both_axes_of_a_two_dimensional_mesh(rng, dtype, order):
     assert np.abs(w - np.linalg.eigvalsh(a_np)).max() < tol * np.abs(w).max()
     logdet = float(jaxmg.slogdet(g).logabsdet)
     assert abs(logdet - np.linalg.slogdet(g_np)[1]) < tol * max(1.0, abs(logdet))
+
+
+def test_inside_shard_map_over_a_two_dimensional_mesh(rng):
+    """Inside the caller's shard_map over both axes: rows over both work and
+    match NumPy; rows over one axis only are refused, naming the other."""
+    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+    n = 16
+    a_np = helpers.spd(rng, n, np.float64, CONDITION)
+    b_np = helpers.random_matrix(rng, n, np.float64, 2)
+    rows = NamedSharding(mesh, P(("r", "c"), None))
+    a, b = jax.device_put(a_np, rows), jax.device_put(b_np, rows)
+
+    def solve(spec):
+        return jax.shard_map(
+            lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=spec),
+            mesh=mesh, in_specs=(P(("r", "c"), None),) * 2, out_specs=P(("r", "c"), None),
+        )(a, b)
+
+    check_solution(a_np, solve(P(("r", "c"), None)), b_np, np.float64)
+    with pytest.raises(ValueError, match=r"rows are sharded over \('r',\) only.*\{'c': 2\}"):
+        solve(P("r", None))

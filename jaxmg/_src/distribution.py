@@ -199,9 +199,11 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     rows = _rows_axis(spec if spec is not None else P(), name)
     if rows is None:
         if mesh.size != 1:
+            used = tuple(ax for ax, size in mesh.shape.items() if size > 1)
+            axis = repr(used[0]) if len(used) == 1 else repr(used)
             raise ValueError(
                 f"jaxmg: {name} is not row-sharded over the {mesh.size}-device mesh; place it "
-                f"with jax.device_put({name}, NamedSharding(mesh, P('{mesh.axis_names[0]}', None))) "
+                f"with jax.device_put({name}, NamedSharding(mesh, P({axis}, None))) "
                 "or pass spec=P(axis, None)"
             )
         rows = mesh.axis_names[0]
@@ -241,7 +243,16 @@ def _manual_placement(abstract, mesh, spec, name: str) -> Placement:
                 f"which axis shards {name}'s rows"
             )
         rows = manual[0]
-    if any(ax not in manual for ax in (rows if isinstance(rows, tuple) else (rows,))):
+    axes = rows if isinstance(rows, tuple) else (rows,)
+    others = {ax: jax.lax.axis_size(ax) for ax in manual if ax not in axes}
+    others = {ax: size for ax, size in others.items() if size > 1}
+    if others:
+        raise ValueError(
+            f"jaxmg: inside shard_map over {manual}, {name}'s rows are sharded over {axes} only; "
+            f"jaxmg spreads the rows over every device it uses (axes {others} must have size 1). "
+            f"Pass spec=P({tuple(manual)}, None) with the rows over all of them"
+        )
+    if any(ax not in manual for ax in axes):
         raise ValueError(
             f"jaxmg: inside shard_map, {name}'s row axis {rows!r} must be among the manual "
             f"axes {manual}"

@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <set>
 #include <exception>
 #include <map>
 #include <memory>
@@ -56,6 +57,7 @@ struct Connection {
   std::mutex box_mu;
   std::condition_variable box_cv;
   std::map<std::pair<int64_t, int64_t>, std::deque<Frame>> box;
+  std::set<std::pair<int64_t, int64_t>> abandoned;  // meetings whose waiter gave up
   bool eof = false;
 };
 using ConnectionPtr = std::shared_ptr<Connection>;
@@ -243,8 +245,12 @@ void ReadAnswers(ConnectionPtr c) {
   Frame f;
   while (Receive(c->fd, &f)) {
     std::lock_guard<std::mutex> lock(c->box_mu);
-    if (c->box.size() > 1024) c->box.erase(c->box.begin());  // answers nobody awaits
-    c->box[{f.h.call_id, f.h.generation}].push_back(std::move(f));
+    const std::pair<int64_t, int64_t> key{f.h.call_id, f.h.generation};
+    if (c->abandoned.count(key)) {  // nobody waits for it any more
+      if (f.h.kind == kDone) c->abandoned.erase(key);
+      continue;
+    }
+    c->box[key].push_back(std::move(f));
     c->box_cv.notify_all();
   }
   std::lock_guard<std::mutex> lock(c->box_mu);
@@ -253,6 +259,10 @@ void ReadAnswers(ConnectionPtr c) {
 }
 
 Status Connect(int leader, Clock::time_point deadline, ConnectionPtr* out) {
+  // One connection per leader: calls starting at once share the first one
+  // (a second would look to the leader like the first one hanging up).
+  static std::mutex connect_mu;
+  std::lock_guard<std::mutex> connecting(connect_mu);
   State& s = state();
   std::string name, secret;
   int me;
@@ -469,8 +479,16 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
         cancelled = true;
         grace = Clock::now() + std::chrono::seconds(10);
         if (Send(*c, kCancel, call_id, generation, index, true, "")) continue;
+        return closed();
       }
-      DropOutgoing(c);
+      // The leader does not even answer the cancel. Other calls may share
+      // this connection, so it stays open; this meeting's late answers are
+      // dropped (the cancel, read in order, withdraws the request first).
+      {
+        std::lock_guard<std::mutex> lock(c->box_mu);
+        c->box.erase(key);
+        c->abandoned.insert(key);
+      }
       return Errorf("jaxmg: participant ", index, " (process ", processes[index],
                     ") waited ", timeout.count(), " ms for call ", call_id,
                     " to start; its leader, process ", leader, ", does not answer");
