@@ -425,89 +425,39 @@ void CheckAbandonedRequest() {
   });
 }
 
-// 6. A follower that failed before the meeting passes its error as `prior`:
-// the leader (arrival timeout 30 s) fails at once with that message, whether
-// the failed request was there before it (run 0) or came while it waited
-// (run 1); the follower fails too. The failed runs still count on both
-// sides, so run 2 of the same call meets normally.
-void CheckFollowerPriorFailure() {
-  const std::string token = NewToken("followerprior");
-  const Status boom = Status::Error("boom from 1");
-  RunChildren("follower prior failure", {
-      [=] {
-        CHECK_OK(processes::Open(token, 0));
-        RegisterAll(2, {kCallA});
-        std::this_thread::sleep_for(300ms);  // run 0: the failed request is already here
-        for (int64_t run : {0, 1}) {
-          const auto start = Clock::now();
-          const Status s = MeetOnce(kCallA, 2, 0, 1, run, 30s);
-          const double elapsed = Seconds(start);
-          std::fprintf(stderr, "follower prior failure: leader run %ld after %.3f s: %s\n",
-                       static_cast<long>(run), elapsed, s.message().c_str());
-          CHECK(!s.ok());
-          CHECK(Contains(s, "boom from 1"));
-          CHECK(elapsed < 5.0);
-        }
-        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 2, 10s));
-        CHECK(processes::GetStats().pending == 0);
-      },
-      [=] {
-        CHECK_OK(processes::Open(token, 1));
-        RegisterAll(2, {kCallA});
-        for (int64_t run : {0, 1}) {
-          if (run == 1) std::this_thread::sleep_for(600ms);  // the leader waits already
-          const auto start = Clock::now();
-          const Status s = MeetOnce(kCallA, 2, 1, 1, run, 30s, boom);
-          const double elapsed = Seconds(start);
-          CHECK(!s.ok());
-          CHECK(Contains(s, "boom from 1"));
-          CHECK(elapsed < 5.0);
-        }
-        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 2, 10s));
-      },
-  }, 20s);
-}
-
-// 7. The same with the roles swapped: a leader with a prior failure fails at
-// once; its follower (arrival timeout 30 s) fails with the leader's message
-// whether it arrives after the leader gave up (run 0) or was waiting (run 1);
-// run 2 meets normally.
-void CheckLeaderPriorFailure() {
-  const std::string token = NewToken("leaderprior");
-  const Status boom = Status::Error("boom from 0");
-  RunChildren("leader prior failure", {
-      [=] {
-        CHECK_OK(processes::Open(token, 0));
-        RegisterAll(2, {kCallA});
-        for (int64_t run : {0, 1}) {
-          if (run == 1) std::this_thread::sleep_for(600ms);  // the follower waits already
-          const auto start = Clock::now();
-          const Status s = MeetOnce(kCallA, 2, 0, 1, run, 30s, boom);
-          const double elapsed = Seconds(start);
-          CHECK(!s.ok());
-          CHECK(Contains(s, "boom from 0"));
-          CHECK(elapsed < 1.0);  // it waits for nobody
-        }
-        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 2, 10s));
-        CHECK(processes::GetStats().pending == 0);
-      },
-      [=] {
-        CHECK_OK(processes::Open(token, 1));
-        RegisterAll(2, {kCallA});
-        std::this_thread::sleep_for(300ms);  // run 0: the leader has failed already
-        for (int64_t run : {0, 1}) {
-          const auto start = Clock::now();
-          const Status s = MeetOnce(kCallA, 2, 1, 1, run, 30s);
-          const double elapsed = Seconds(start);
-          std::fprintf(stderr, "leader prior failure: follower run %ld after %.3f s: %s\n",
-                       static_cast<long>(run), elapsed, s.message().c_str());
-          CHECK(!s.ok());
-          CHECK(Contains(s, "boom from 0"));
-          CHECK(elapsed < 5.0);
-        }
-        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 2, 10s));
-      },
-  }, 20s);
+// 6, 7. A participant that failed before the meeting passes its error as
+// `prior`: follower (failing = 1) or leader (failing = 0). The other one
+// (arrival timeout 30 s) fails at once with that message, whether the failure
+// came first (run 0) or while it waited (run 1); a failed leader waits for
+// nobody. The failed runs still count on both sides, so run 2 of the same
+// call meets normally.
+void CheckPriorFailure(int failing) {
+  const std::string token = NewToken(failing ? "followerprior" : "leaderprior");
+  const std::string message = "boom from " + std::to_string(failing);
+  const char* scenario = failing ? "follower prior failure" : "leader prior failure";
+  auto participant = [=](int rank) {
+    return std::function<void()>([=] {
+      const bool fails = rank == failing;
+      CHECK_OK(processes::Open(token, rank));
+      RegisterAll(2, {kCallA});
+      if (!fails) std::this_thread::sleep_for(300ms);  // run 0: the failure is already there
+      for (int64_t run : {0, 1}) {
+        if (fails && run == 1) std::this_thread::sleep_for(600ms);  // the other waits already
+        const auto start = Clock::now();
+        const Status s = MeetOnce(kCallA, 2, rank, 1, run, 30s,
+                                  fails ? Status::Error(message) : Status::Ok());
+        const double elapsed = Seconds(start);
+        std::fprintf(stderr, "%s: rank %d run %ld after %.3f s: %s\n", scenario, rank,
+                     static_cast<long>(run), elapsed, s.message().c_str());
+        CHECK(!s.ok());
+        CHECK(Contains(s, message.c_str()));
+        CHECK(elapsed < (fails && rank == 0 ? 1.0 : 5.0));
+      }
+      CHECK_OK(MeetOnce(kCallA, 2, rank, 1, 2, 10s));
+      if (rank == 0) CHECK(processes::GetStats().pending == 0);
+    });
+  };
+  RunChildren(scenario, {participant(0), participant(1)}, 20s);
 }
 
 // 8. Staggered arrivals, arrival timeout 1.5 s for all: follower 1 comes at
@@ -645,8 +595,8 @@ int main() {
   CheckJobsIsolated();
   CheckConcurrentCalls();
   CheckAbandonedRequest();
-  CheckFollowerPriorFailure();
-  CheckLeaderPriorFailure();
+  CheckPriorFailure(1);
+  CheckPriorFailure(0);
   CheckStaggeredArrivals();
   CheckWrongSecret();
   CheckReopenSameName();

@@ -3,9 +3,9 @@
 // the blocks to block-cyclic in place, runs the LAPACK engine and writes every
 // participant's outputs.
 #include <algorithm>
+#include <array>
 #include <complex>
 #include <cstring>
-#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
@@ -128,9 +128,8 @@ class HostCopyTransport : public processes::Transport {
 
   Status Export(std::string* request) override {
     const Shard<T>& m = *mine_;
-    const uint64_t sizes[] = {m.a_bytes, m.b_bytes, m.x_bytes, m.piv_bytes, m.piv_out_bytes,
-                              m.w_bytes, m.a_written ? 1u : 0u, m.info ? 1u : 0u};
-    request->append(reinterpret_cast<const char*>(sizes), sizeof(sizes));
+    const Sizes sizes = SizesOf(m);
+    request->append(reinterpret_cast<const char*>(sizes.data()), sizeof(sizes));
     request->append(static_cast<const char*>(m.a), m.a_bytes);
     request->append(reinterpret_cast<const char*>(m.b), m.b_bytes);
     request->append(reinterpret_cast<const char*>(m.piv), m.piv_bytes);
@@ -138,16 +137,15 @@ class HostCopyTransport : public processes::Transport {
   }
 
   Status Import(int index, const std::string& request, void** payload) override {
-    uint64_t sizes[8];
+    Sizes sizes;
     if (request.size() < sizeof(sizes)) return Status::Error("jaxmg: short request");
-    std::memcpy(sizes, request.data(), sizeof(sizes));
+    std::memcpy(sizes.data(), request.data(), sizeof(sizes));
     if (request.size() != sizeof(sizes) + sizes[0] + sizes[1] + sizes[3]) {
       return Status::Error("jaxmg: a follower's request does not match its sizes");
     }
-    const Shard<T>& m = *mine_;
-    const uint64_t expected[] = {m.a_bytes,     m.b_bytes, m.x_bytes,          m.piv_bytes,
-                                 m.piv_out_bytes, m.w_bytes, m.a_written ? 1u : 0u};
-    if (!std::equal(std::begin(expected), std::end(expected), sizes)) {
+    // Every byte count and whether a comes back; info's presence may differ.
+    const Sizes expected = SizesOf(*mine_);
+    if (!std::equal(expected.begin(), expected.end() - 1, sizes.begin())) {
       return Errorf("jaxmg: participant ", index,
                     " brought buffers of another shape to this call: its processes run "
                     "different programs or calls out of order");
@@ -204,6 +202,13 @@ class HostCopyTransport : public processes::Transport {
   }
 
  private:
+  // a, b, x, piv, piv_out, w bytes; a written back; info present.
+  using Sizes = std::array<uint64_t, 8>;
+  static Sizes SizesOf(const Shard<T>& m) {
+    return {m.a_bytes, m.b_bytes, m.x_bytes, m.piv_bytes, m.piv_out_bytes,
+            m.w_bytes, m.a_written ? 1u : 0u, m.info ? 1u : 0u};
+  }
+
   struct Copy {
     std::vector<char> a, b, x, piv, piv_out, w;
     int32_t info = 0;

@@ -10,7 +10,6 @@
 #include <cstring>
 #include <deque>
 #include <set>
-#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -311,16 +310,6 @@ void DropOutgoing(const ConnectionPtr& c) {
   ::shutdown(c->fd, SHUT_RDWR);
 }
 
-Status RunWork(const rendezvous::LeaderWork& work, const std::vector<void*>& payloads) {
-  try {
-    return work(payloads);
-  } catch (const std::exception& e) {
-    return Errorf("jaxmg: internal error in collective work: ", e.what());
-  } catch (...) {
-    return Status::Error("jaxmg: unknown internal error in collective work");
-  }
-}
-
 std::string Missing(const std::vector<int32_t>& processes, const std::vector<bool>& here,
                     const std::vector<bool>& gone, int64_t call_id,
                     std::chrono::milliseconds timeout) {
@@ -412,7 +401,7 @@ Status Lead(int64_t call_id, int64_t generation, const std::vector<int32_t>& pro
   for (int i = 1; i < n && result.ok(); ++i) {
     result = transport.Import(i, requests[i].body, &payloads[i]);
   }
-  if (result.ok()) result = RunWork(work, payloads);
+  if (result.ok()) result = rendezvous::RunLeaderWork(work, payloads);
   for (int i = 1; i < n; ++i) {
     std::string reply;
     Status mine_ok = result.ok() ? transport.Reply(i, &reply) : result;

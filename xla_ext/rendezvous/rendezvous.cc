@@ -74,16 +74,6 @@ void Leave(const CallKey& key, int64_t generation, Meeting& m) {
   if (series.meetings.empty() && level) Registry().erase(it);
 }
 
-Status RunLeaderWork(const LeaderWork& work, const std::vector<void*>& payloads) {
-  try {
-    return work(payloads);
-  } catch (const std::exception& e) {
-    return Errorf("jaxmg: internal error in collective work: ", e.what());
-  } catch (...) {
-    return Status::Error("jaxmg: unknown internal error in collective work");
-  }
-}
-
 }  // namespace
 
 Status Meet(const CallKey& key, int n, int index, void* payload,
@@ -143,6 +133,16 @@ Status Meet(const CallKey& key, int n, int index, void* payload,
   Status result = m.result;
   Leave(key, generation, m);
   return result;
+}
+
+Status RunLeaderWork(const LeaderWork& work, const std::vector<void*>& payloads) {
+  try {
+    return work(payloads);
+  } catch (const std::exception& e) {
+    return Errorf("jaxmg: internal error in collective work: ", e.what());
+  } catch (...) {
+    return Status::Error("jaxmg: unknown internal error in collective work");
+  }
 }
 
 int64_t LiveMeetings() {

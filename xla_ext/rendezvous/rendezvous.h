@@ -34,6 +34,10 @@ using LeaderWork = std::function<Status(const std::vector<void*>& payloads)>;
 Status Meet(const CallKey& key, int n, int index, void* payload,
             std::chrono::milliseconds arrival_timeout, const LeaderWork& leader_work);
 
+// Runs the leader's work, turning an escaping exception into an error (no
+// exception crosses into XLA). Shared with the cross-process meeting.
+Status RunLeaderWork(const LeaderWork& work, const std::vector<void*>& payloads);
+
 // Meetings currently registered (live or waiting for stragglers of a failed
 // call). Zero between successful calls; exported for leak tests.
 int64_t LiveMeetings();
