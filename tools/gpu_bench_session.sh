@@ -26,6 +26,12 @@ processes() {
     -q -p no:cacheprovider -rs -s --junitxml="$out/gpu_processes.xml" > "$out/gpu_processes.log" 2>&1
   echo "status $?"; pkill -f job.py 2>/dev/null  # ranks of a cut run hold GPU memory
   grep -h "per-call\|ALL OK\|FAILURES\|passed\|failed" "$out/gpu_processes.log" | tail -12
+  # Only 8 files come back: one file of every case's output and first errors.
+  for f in "$out"/processes/*.out; do
+    echo "=== ${f##*/}"; cat "$f"; echo "=== ${f##*/} stderr (first 120 lines, XLA's event noise dropped)"
+    grep -v "Error destroying CUDA event" "${f%.out}.err" | head -120
+  done > "$out/processes.txt"
+  rm -r "$out/processes"
 }
 overhead() {
   CUDA_VISIBLE_DEVICES=0 timeout 120 python3 tools/small_n_overhead.py --out "$out/overhead" 2>&1 \

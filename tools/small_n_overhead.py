@@ -12,7 +12,8 @@ all alike; median microseconds per call:
     jaxmg          jaxmg.potrs(a, b): the public eager call
     jaxmg in jit   jaxmg.potrs inside the caller's jax.jit
 
-Writes <out>/small_n_overhead.json.
+Writes <out>/small_n_overhead.json, and <out>/hlo.txt: the optimised HLO of
+JAX's program and of jaxmg's at the first size and dtype, to compare.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def main() -> int:
     mesh = jax.make_mesh((1,), ("x",), devices=[device])
     native = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b))
     in_jit = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=P("x", None)))
-    records = []
+    records, hlo = [], []
     print(f"{'dtype':8} {'N':>6} {'variant':14} {'us/call':>9} {'vs jax':>7}", flush=True)
     for dtype in args.dtypes:
         for n in args.sizes:
@@ -71,6 +72,11 @@ def main() -> int:
                 "jaxmg": lambda: jaxmg.potrs(am, bm),
                 "jaxmg in jit": lambda: in_jit(am, bm),
             }
+            if not hlo:
+                for name, fn in (("jax", native), ("jaxmg program", linalg.solve_pos)):
+                    kw = dict(layout=layout, b_sharded=False, with_info=False) if name != "jax" else {}
+                    args_ = (a1, b1) if name == "jax" else (am, bm)
+                    hlo.append(f"==== {name}, {dtype}, N={n}\n" + fn.lower(*args_, **kw).compile().as_text())
             times = {k: [] for k in variants}
             for fn in variants.values():
                 jax.block_until_ready(fn())
@@ -89,6 +95,7 @@ def main() -> int:
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"device": str(device.device_kind), "jax": jax.__version__, "rounds": args.rounds, "calls": args.calls}
+    (out / "hlo.txt").write_text("\n".join(hlo))
     (out / "small_n_overhead.json").write_text(json.dumps({"meta": meta, "records": records}, indent=1))
     return 0
 

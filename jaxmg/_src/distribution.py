@@ -87,12 +87,15 @@ def check_dtype(a, name: str = "a") -> np.dtype:
             f"jaxmg: {name} has dtype {dtype.name}, which the solvers do not support; "
             f"cast it first, e.g. {name}.astype(jnp.float32)"
         )
-    if dtype not in [jnp.dtype(d) for d in SUPPORTED_DTYPES]:
+    if dtype not in _SUPPORTED:
         raise TypeError(
             f"jaxmg: {name} has dtype {dtype.name}; supported are float32, float64, "
             "complex64 and complex128 (float64/complex128 need jax_enable_x64)"
         )
     return dtype
+
+
+_SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
 
 
 def check_tile(tile_size) -> int | None:
@@ -169,7 +172,23 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     abstract = _context_mesh()
     if abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
-    sharding = sharding_of(a)
+    cacheable = mesh is None or isinstance(mesh, Mesh)
+    if abstract is None and cacheable and isinstance(a, jax.Array) and not isinstance(
+        a, jax.core.Tracer
+    ):
+        # Eager calls: the answer depends on the sharding alone, and working
+        # it out again would be most of a small call's Python time.
+        return _concrete_placement(a.sharding, mesh, spec, name)
+    return _placement(a, sharding_of(a), abstract, mesh, spec, name)
+
+
+@functools.lru_cache(maxsize=256)
+def _concrete_placement(sharding, mesh, spec, name: str) -> Placement:
+    return _placement(None, sharding, None, mesh, spec, name)
+
+
+def _placement(a, sharding, abstract, mesh, spec, name: str) -> Placement:
+    """`a`: the traced array, None for a concrete one (then only its sharding counts)."""
     concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
     if mesh is None and concrete:
         mesh = sharding.mesh

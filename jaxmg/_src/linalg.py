@@ -59,7 +59,7 @@ def _layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layou
     tile = dist.choose_tile(n, placement.n_devices, tile)
     if routine == "getrf" and engine == "jaxmg":
         tile = dispatch.lu_tile(tile, placement)
-    return Layout(placement, n, tile, engine)
+    return factors.layout(placement, n, tile, engine)
 
 
 def _check_assume_a(assume_a):

@@ -75,7 +75,7 @@ def potrs(
     else:
         from jaxmg._src import linalg  # differentiable: factor, then solve against it
 
-        layout = factors.Layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
+        layout = factors.layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
         x, info = linalg.solve_pos(
             a, b, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
             with_info=bool(return_info),

@@ -248,25 +248,7 @@ class IpcTransport : public processes::Transport {
       : mine_(mine), ordinal_(ordinal), stream_(stream), slots_(std::move(slots)) {}
 
   Status Export(std::string* request) override {
-    if (slots_.size() != kPointers) return Status::Error("jaxmg: payload slots mismatch");
-    void* pointers[kPointers];
-    std::memcpy(pointers, mine_, sizeof(P));
-    uint64_t total = 0;
-    for (size_t i = 0; i < kPointers; ++i) {
-      offsets_[i] = kNone;
-      if (pointers[i] == nullptr || slots_[i].bytes == 0) continue;
-      offsets_[i] = total;
-      total += (slots_[i].bytes + 255) / 256 * 256;
-    }
-    JAXMG_RETURN_IF_ERROR(StagingOf(ordinal_, total, &staging_));
-    const cuda::Api& api = cuda::api();
-    for (size_t i = 0; i < kPointers; ++i) {
-      if (offsets_[i] == kNone || !slots_[i].in) continue;
-      JAXMG_CUDA(api.cudaMemcpyAsync(static_cast<char*>(staging_.base) + offsets_[i],
-                                     pointers[i], slots_[i].bytes, cudaMemcpyDeviceToDevice,
-                                     stream_));
-    }
-    JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
+    JAXMG_RETURN_IF_ERROR(Stage());
     const IpcRequest r{staging_.handle, processes::ProcessIndex(), ordinal_};
     uint64_t sizes[kPointers];
     for (size_t i = 0; i < kPointers; ++i) sizes[i] = slots_[i].bytes;
@@ -308,6 +290,19 @@ class IpcTransport : public processes::Transport {
 
   Status Reply(int, std::string*) override { return Status::Ok(); }
 
+  // Leader of a mesh over several GPUs: XLA lets only its own devices reach
+  // its pool, and this process's XLA has just one, so the leader too works
+  // from its staging; Apply() then returns the outputs.
+  Status StageSelf(P* staged) {
+    JAXMG_RETURN_IF_ERROR(Stage());
+    void* pointers[kPointers];
+    for (size_t i = 0; i < kPointers; ++i) {
+      pointers[i] = offsets_[i] == kNone ? nullptr : static_cast<char*>(staging_.base) + offsets_[i];
+    }
+    std::memcpy(staged, pointers, sizeof(P));
+    return Status::Ok();
+  }
+
   Status Apply(const std::string&) override {
     void* pointers[kPointers];
     std::memcpy(pointers, mine_, sizeof(P));
@@ -323,6 +318,31 @@ class IpcTransport : public processes::Transport {
   }
 
  private:
+  // Lays the payload's buffers out in this process's staging and copies the
+  // inputs there.
+  Status Stage() {
+    if (slots_.size() != kPointers) return Status::Error("jaxmg: payload slots mismatch");
+    void* pointers[kPointers];
+    std::memcpy(pointers, mine_, sizeof(P));
+    uint64_t total = 0;
+    for (size_t i = 0; i < kPointers; ++i) {
+      offsets_[i] = kNone;
+      if (pointers[i] == nullptr || slots_[i].bytes == 0) continue;
+      offsets_[i] = total;
+      total += (slots_[i].bytes + 255) / 256 * 256;
+    }
+    JAXMG_RETURN_IF_ERROR(StagingOf(ordinal_, total, &staging_));
+    const cuda::Api& api = cuda::api();
+    for (size_t i = 0; i < kPointers; ++i) {
+      if (offsets_[i] == kNone || !slots_[i].in) continue;
+      JAXMG_CUDA(api.cudaMemcpyAsync(static_cast<char*>(staging_.base) + offsets_[i],
+                                     pointers[i], slots_[i].bytes, cudaMemcpyDeviceToDevice,
+                                     stream_));
+    }
+    JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
   P* mine_;
   int ordinal_;
   cudaStream_t stream_;
@@ -340,7 +360,22 @@ template <typename P>
 Status MeetAll(const Prologue& p, int ordinal, cudaStream_t stream, std::vector<Slot> slots,
                P* mine, const Status& prior, const rendezvous::LeaderWork& work) {
   IpcTransport<P> transport(mine, ordinal, stream, std::move(slots));
-  return ffi_common::MeetParticipants(p.site, mine, &transport, work, prior);
+  std::vector<int32_t> owners;
+  const std::vector<int>& devices = p.ctx ? p.ctx->devices() : std::vector<int>{};
+  const bool staged = processes::CallProcesses(p.site.call_id, &owners) &&
+      std::any_of(devices.begin(), devices.end(), [&](int d) { return d != ordinal; });
+  if (!staged) return ffi_common::MeetParticipants(p.site, mine, &transport, work, prior);
+  return ffi_common::MeetParticipants(
+      p.site, mine, &transport,
+      [&](const std::vector<void*>& all) -> Status {
+        P own;
+        JAXMG_RETURN_IF_ERROR(transport.StageSelf(&own));
+        std::vector<void*> with_own = all;
+        with_own[0] = &own;
+        JAXMG_RETURN_IF_ERROR(work(with_own));
+        return transport.Apply({});
+      },
+      prior);
 }
 
 // Appends to a Shard's slots.
@@ -388,7 +423,8 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   if (s.ok()) s = Ready(stream, a.untyped_data(), a_out->typed_data(), a.size_bytes());
   if (!s.ok() && p.ctx == nullptr) return ToFfi(s);  // no meeting to take part in
   const std::vector<Slot> slots = ShardSlots(mine.shard, p.layout, true) +
-      std::vector<Slot>{{b.size_bytes(), true, false}, {x->size_bytes(), false, true}, {},
+      std::vector<Slot>{{b.size_bytes(), true, false}, {x->size_bytes(), false, true},
+                        {leader ? 2 * n * k * sizeof(T) : 0, false, false},
                         {sizeof(int32_t), false, true}};
   return ToFfi(MeetAll(
       p, ordinal, stream, slots, &mine, s,
@@ -401,8 +437,8 @@ ffi::Error PotrsCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
             rhs.b.push_back(static_cast<PotrsShard<T>*>(v)->b);
             rhs.x.push_back(static_cast<PotrsShard<T>*>(v)->x);
           }
-          rhs.stage = mine.stage;
-          rhs.columns = mine.stage + n * k;
+          rhs.stage = static_cast<PotrsShard<T>*>(all[0])->stage;
+          rhs.columns = rhs.stage + n * k;
           int32_t status = 0;
           JAXMG_RETURN_IF_ERROR(mg::Potrs<T>(*p.ctx, p.layout,
                                              Shards<PotrsShard<T>, T>(all), rhs, &status));
@@ -516,7 +552,8 @@ ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAll
   const uint64_t piv_bytes = piv ? n / p.site.n_devices * sizeof(int32_t) : 0;
   const std::vector<Slot> slots =
       ShardSlots(mine.shard, p.layout, false) +
-      std::vector<Slot>{{rhs_bytes, true, false}, {rhs_bytes, false, true}, {}, {},
+      std::vector<Slot>{{rhs_bytes, true, false}, {rhs_bytes, false, true},
+                        {leader ? 2 * n * k * sizeof(T) : 0, false, false}, {},
                         {piv_bytes, true, false}};
   return ToFfi(MeetAll(
       p, ordinal, stream, slots, &me, s,
@@ -534,8 +571,8 @@ ffi::Error SolveWithFactor(cudaStream_t stream, int32_t ordinal, ffi::ScratchAll
             shards.push_back(m.rhs.shard);
             pivots.push_back(const_cast<int32_t*>(m.piv));
           }
-          rhs.stage = me.rhs.stage;
-          rhs.columns = me.rhs.stage + n * k;
+          rhs.stage = static_cast<Mine*>(all[0])->rhs.stage;
+          rhs.columns = rhs.stage + n * k;
           return solve(*p.ctx, p.layout, shards, pivots, rhs);
         });
       }));
