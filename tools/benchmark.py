@@ -857,6 +857,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="stop a measurement's timed calls after S seconds (default 60)")
     parser.add_argument("--task-timeout", type=float, default=1800.0, metavar="S",
                         help="kill a worker silent for S seconds (default 1800)")
+    parser.add_argument("--wall-budget", type=float, metavar="S",
+                        help="stop the table after S seconds in all: the measurements not yet "
+                             "made are recorded as not run, and the table and JSON still written")
     parser.add_argument("--largest", action="store_true",
                         help="after the table, search the largest N potrs runs at on the most "
                              "devices (per dtype; doubling, then bisecting in steps of "
@@ -1412,10 +1415,16 @@ def main(argv: list[str] | None = None) -> None:
     total, done = len(tasks), 0
     records: list[dict[str, Any]] = []
     libraries: dict[str, Any] = {}
+    deadline = time.monotonic() + args.wall_budget if args.wall_budget else None
     for kind, d, group in plan:
         env = worker_env(kind, d, info, args.mem_fraction)
-        for event in run_worker(kind, group, settings, env, out / "logs" / f"{kind}-{d}dev.log",
-                                args.task_timeout):
+        if deadline is not None and time.monotonic() >= deadline:
+            events = ({"event": "result", "id": t.id, "status": "error",
+                       "error": "--wall-budget ran out: not run"} for t in group)
+        else:
+            events = run_worker(kind, group, settings, env, out / "logs" / f"{kind}-{d}dev.log",
+                                args.task_timeout, deadline=deadline)
+        for event in events:
             if event["event"] == "library":
                 libraries[kind] = {"file": event["file"], "version": event["version"]}
             if event["event"] != "result":

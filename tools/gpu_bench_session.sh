@@ -5,7 +5,8 @@
 #   processes  one-process-per-GPU tests (tests/gpu_processes)
 #   overhead   small-N cost breakdown on one GPU (tools/small_n_overhead.py)
 #   largest    largest potrs N on two GPUs (float64, donated)
-#   table      potrs, LU, potri, syevd x float32, float64, N 1024..32768, with JAX and JAXMg 0.0.8
+#   table      float64 potrs, LU, potri, N 1024..32768, beside JAX and JAXMg 0.0.8
+#   syevd      float64 syevd, N 1024..16384, likewise
 #   run(command="tools/gpu_bench_session.sh processes overhead", carry=[".device", ".whl"], kind="nvidia-h200-x2")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -42,11 +43,15 @@ largest() {
     --repeats 1 --donate --mem-fraction 0.95 --largest --largest-budget 130 --out "$out/largest" \
     2>&1 | tee "$out/largest.log" | grep -i "largest\|N=" | tail -12
 }
-table() {
-  local limit=${TABLE_LIMIT_S:-400}
-  timeout "$limit" python3 tools/benchmark.py --routines potrs lu potri syevd --dtypes float32 float64 \
-    --devices 2 --sizes 1024 4096 8192 16384 32768 --repeats 3 --budget 4 "${peer[@]}" --out "$out/table" \
-    2>&1 | tee "$out/table.log" | tail -45
+table() {  # float64 potrs, LU, potri to N=32768 beside JAX and JAXMg 0.0.8
+  timeout 260 python3 tools/benchmark.py --routines potrs lu potri --dtypes float64 --devices 2 \
+    --sizes 1024 4096 16384 32768 --repeats 3 --budget 4 --wall-budget 240 "${peer[@]}" \
+    --out "$out/table" 2>&1 | tee "$out/table.log" | tail -30
+}
+syevd() {  # float64 syevd to N=16384 beside JAX and JAXMg 0.0.8
+  timeout 260 python3 tools/benchmark.py --routines syevd --dtypes float64 --devices 2 \
+    --sizes 1024 4096 16384 --repeats 2 --budget 4 --wall-budget 240 "${peer[@]}" \
+    --out "$out/syevd" 2>&1 | tee "$out/syevd.log" | tail -20
 }
 
 steps=("$@")

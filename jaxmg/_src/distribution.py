@@ -182,6 +182,23 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     return _placement(a, sharding_of(a), abstract, mesh, spec, name)
 
 
+def eager_key(arrays, *options):
+    """A hashable key for an eager call's plan (what the checks and dispatch
+    decided), or None where the plan may not be reused: a traced array, or a
+    mesh set in context."""
+    for x in arrays:
+        if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
+            return None
+    if _context_mesh() is not None:
+        return None
+    key = tuple((x.sharding, x.shape, x.dtype) for x in arrays) + options
+    try:
+        hash(key)
+    except TypeError:  # an option of a type the checks will refuse
+        return None
+    return key
+
+
 @functools.lru_cache(maxsize=256)
 def _concrete_placement(sharding, mesh, spec, name: str) -> Placement:
     return _placement(None, sharding, None, mesh, spec, name)

@@ -46,6 +46,10 @@ def potrs(
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
     """
+    key = dist.eager_key((a, b), tile_size, mesh, spec, backend, return_info, donate)
+    plan = _PLANS.get(key) if key is not None else None
+    if plan is not None:
+        return plan(a, b)
     dist.check_rank2(a, "a")
     dtype = dist.check_dtype(a, "a")
     tile = dist.check_tile(tile_size)
@@ -73,15 +77,29 @@ def potrs(
             a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine
         )
     else:
-        from jaxmg._src import linalg  # differentiable: factor, then solve against it
-
         layout = factors.layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
-        x, info = linalg.solve_pos(
-            a, b, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
-            with_info=bool(return_info),
+        plan = functools.partial(
+            _solve_pos, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
+            return_info=bool(return_info),
         )
-        return (x, info) if return_info else x
+        if key is not None:
+            if len(_PLANS) > 1024:
+                _PLANS.clear()
+            _PLANS[key] = plan
+        return plan(a, b)
     x = x[:, 0] if vector else x
+    return (x, info) if return_info else x
+
+
+# Eager calls' plans by dist.eager_key: a repeated call skips the checks and
+# dispatch, which cost a small problem more than the solve's own launch.
+_PLANS: dict = {}
+
+
+def _solve_pos(a, b, *, layout, b_sharded, return_info):
+    from jaxmg._src import linalg  # differentiable: factor, then solve against it
+
+    x, info = linalg.solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=return_info)
     return (x, info) if return_info else x
 
 

@@ -231,7 +231,9 @@ Status HostPivots(Context& ctx, const ColumnLayout& layout, const std::vector<in
 // Getrs takes CUBLAS_OP_N only: U^T Y = B by forward substitution over the
 // column tiles, L^T Z = Y backwards, then X = P Z. x (n x kc, column-major,
 // on the grid's first device) holds B and receives X; each step is one GEMM
-// and one TRSM on that device, reading the tile where it lives (peer access).
+// and one TRSM on that device. A tile on another GPU is first copied into the
+// first participant's spare tile: that GPU's kernels cannot read memory that
+// another process shared through CUDA IPC.
 template <typename T>
 Status TransposedLuSolve(Context& ctx, const ColumnLayout& layout,
                          const std::vector<Shard<T>>& factor, const std::vector<int32_t>& ipiv,
@@ -240,29 +242,36 @@ Status TransposedLuSolve(Context& ctx, const ColumnLayout& layout,
   const int t = static_cast<int>(layout.tile);
   const int k = static_cast<int>(kc);
   const int64_t tiles = layout.tiles();
-  auto tile = [&](int64_t j) -> const T* {
+  const T* tile = nullptr;
+  auto fetch = [&](int64_t j) -> Status {
     const Slot s = layout.BlockCyclic(j);
-    return factor[s.device].a + s.index * layout.n_cols * layout.tile;
+    tile = factor[s.device].a + s.index * layout.n_cols * layout.tile;
+    if (ctx.devices()[s.device] == ctx.devices()[0]) return Status::Ok();
+    JAXMG_RETURN_IF_ERROR(PeerCopy(ctx, 0, factor[0].spare, 0, tile, s.device, int64_t{n} * t));
+    tile = factor[0].spare;
+    return Status::Ok();
   };
   JAXMG_CUDA(cuda::api().cudaSetDevice(ctx.devices()[0]));
   cublasHandle_t h = ctx.blas();
   for (int64_t j = 0; j < tiles; ++j) {
     const int row = static_cast<int>(j * t);
     T* xj = x + row;
-    if (j > 0) JAXMG_RETURN_IF_ERROR(Blas<T>::GemmSubtract(h, CUBLAS_OP_T, t, k, row, tile(j), n, x, n, xj, n));
+    JAXMG_RETURN_IF_ERROR(fetch(j));
+    if (j > 0) JAXMG_RETURN_IF_ERROR(Blas<T>::GemmSubtract(h, CUBLAS_OP_T, t, k, row, tile, n, x, n, xj, n));
     JAXMG_RETURN_IF_ERROR(Blas<T>::Trsm(h, CUBLAS_FILL_MODE_UPPER, CUBLAS_OP_T,
-                                        CUBLAS_DIAG_NON_UNIT, t, k, tile(j) + row, n, xj, n));
+                                        CUBLAS_DIAG_NON_UNIT, t, k, tile + row, n, xj, n));
   }
   for (int64_t j = tiles - 1; j >= 0; --j) {
     const int row = static_cast<int>(j * t);
     const int below = row + t;
     T* xj = x + row;
+    JAXMG_RETURN_IF_ERROR(fetch(j));
     if (below < n) {
       JAXMG_RETURN_IF_ERROR(Blas<T>::GemmSubtract(h, CUBLAS_OP_T, t, k, n - below,
-                                                  tile(j) + below, n, x + below, n, xj, n));
+                                                  tile + below, n, x + below, n, xj, n));
     }
     JAXMG_RETURN_IF_ERROR(Blas<T>::Trsm(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, CUBLAS_DIAG_UNIT,
-                                        t, k, tile(j) + row, n, xj, n));
+                                        t, k, tile + row, n, xj, n));
   }
   for (int64_t i = n - 1; i >= 0; --i) {
     const int64_t p = ipiv[i] - 1;
