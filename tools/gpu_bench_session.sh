@@ -7,6 +7,7 @@
 #   largest    largest potrs N on two GPUs (float64, donated)
 #   table      float64 potrs, LU, potri, N 1024..32768, beside JAX and JAXMg 0.0.8
 #   syevd      float64 syevd, N 1024..16384, likewise
+#   lu         C++ engine test on distinct GPUs and the GPU suite's LU cases
 #   run(command="tools/gpu_bench_session.sh processes overhead", carry=[".device", ".whl"], kind="nvidia-h200-x2")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -52,6 +53,14 @@ syevd() {  # float64 syevd to N=16384 beside JAX and JAXMg 0.0.8
   timeout 260 python3 tools/benchmark.py --routines syevd --dtypes float64 --devices 2 \
     --sizes 1024 4096 16384 --repeats 2 --budget 4 --wall-budget 240 "${peer[@]}" \
     --out "$out/syevd" 2>&1 | tee "$out/syevd.log" | tail -20
+}
+lu() {  # the LU paths after an engine change: C++ engine test, then the suite's LU cases
+  local dirs; dirs=$(python3 -c 'from jaxmg._src import library; print(":".join(library.cuda_search_path()))')
+  for list in 0,1 1,0,1,0; do
+    echo "-- devices $list"; .device/mg_engine_test "$dirs" "$list" 2>&1 | tail -3
+  done
+  timeout 170 python3 -m pytest tests/gpu -q -p no:cacheprovider -k "lu_solve or factor_reuse" \
+    --junitxml="$out/gpu_lu_tests.xml" 2>&1 | tee "$out/gpu_lu_tests.log" | tail -5
 }
 
 steps=("$@")
