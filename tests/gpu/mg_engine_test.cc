@@ -232,7 +232,7 @@ void CheckLu(jaxmg::mg::Context& ctx, const std::vector<int>& devices, const Col
   rhs.stage = static_cast<T*>(stage);
   rhs.columns = rhs.stage + n * k;
   for (cublasOperation_t op : {CUBLAS_OP_N, CUBLAS_OP_T}) {
-    OK(jaxmg::mg::Getrs<T>(ctx, l, p.shards, piv, op, false, rhs));
+    OK(jaxmg::mg::Getrs<T>(ctx, l, p.shards, piv, op, false, false, rhs));
     for (int d = 0; d < l.n_devices; ++d) {
       std::vector<T> x(n * k);  // row-major n x k, as every participant receives it
       CHECK(Cuda().cudaMemcpy(x.data(), rhs.x[d], n * k * sizeof(T), cudaMemcpyDeviceToHost) ==

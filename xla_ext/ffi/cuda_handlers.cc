@@ -1,7 +1,8 @@
-// XLA FFI handlers for platform "CUDA" (SPMD: one process, one XLA thread
-// per GPU). Each participant sizes and takes its workspace from XLA's scratch
-// allocator on its own GPU, waits for its stream, and meets the others; the
-// leader then drives cuSOLVERMg over every participant's buffers.
+// XLA FFI handlers for platform "CUDA": one process with an XLA thread per
+// GPU, or one process per GPU. Each participant sizes and takes its workspace
+// from XLA's scratch allocator on its own GPU, waits for its stream, and
+// meets the others; the leader then drives cuSOLVERMg over every
+// participant's buffers.
 #include <algorithm>
 #include <complex>
 #include <map>
@@ -157,7 +158,9 @@ Status Lead(Context& ctx, Fn&& work) {
 // allocation of its own: it copies its inputs there (device to device),
 // sends the allocation's IPC handle and each buffer's offset, and copies the
 // outputs back once the leader is done. The leader maps each follower's
-// staging once and again only when it grows.
+// staging once and again only when it grows. When the mesh has GPUs besides
+// its own, the leader stages its own buffers too: XLA gives a process's other
+// GPUs no access to its pool, and here the process owns one GPU.
 
 // One pointer of a payload: its size and which way its contents travel
 // (neither: workspace).
@@ -361,9 +364,10 @@ Status MeetAll(const Prologue& p, int ordinal, cudaStream_t stream, std::vector<
                P* mine, const Status& prior, const rendezvous::LeaderWork& work) {
   IpcTransport<P> transport(mine, ordinal, stream, std::move(slots));
   std::vector<int32_t> owners;
-  const std::vector<int>& devices = p.ctx ? p.ctx->devices() : std::vector<int>{};
-  const bool staged = processes::CallProcesses(p.site.call_id, &owners) &&
-      std::any_of(devices.begin(), devices.end(), [&](int d) { return d != ordinal; });
+  const bool staged = p.ctx && p.site.index == 0 &&
+      processes::CallProcesses(p.site.call_id, &owners) &&
+      std::any_of(p.ctx->devices().begin(), p.ctx->devices().end(),
+                  [&](int d) { return d != ordinal; });
   if (!staged) return ffi_common::MeetParticipants(p.site, mine, &transport, work, prior);
   return ffi_common::MeetParticipants(
       p.site, mine, &transport,
@@ -607,15 +611,21 @@ ffi::Error LuSolveCuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocat
   if (trans < 0 || trans > 2) {
     return ffi::Error::InvalidArgument("jaxmg: trans must be 0, 1 or 2");
   }
+  if (static_cast<int64_t>(piv.element_count()) != factor.dimensions()[0]) {
+    return ffi::Error::InvalidArgument("jaxmg: piv must hold N / n_devices pivots per device");
+  }
   const cublasOperation_t op = trans == 0 ? CUBLAS_OP_T : CUBLAS_OP_N;
   const bool conj = trans == 2;
+  std::vector<int32_t> owners;
+  const bool ipc_tiles = processes::CallProcesses(call_id, &owners);
   return SolveWithFactor<T>(
       stream, ordinal, scratch, run, factor.untyped_data(), factor.dimensions(), piv.typed_data(),
       b.dimensions(), b.typed_data(), x->typed_data(), tile, call_id, timeout_ms, b_sharded,
       device_ids, Routine::kGetrs,
-      [op, conj](Context& ctx, const ColumnLayout& layout, const std::vector<mg::Shard<T>>& shards,
-                 const std::vector<int32_t*>& pivots, const mg::Rhs<T>& rhs) {
-        return mg::Getrs<T>(ctx, layout, shards, pivots, op, conj, rhs);
+      [op, conj, ipc_tiles](Context& ctx, const ColumnLayout& layout,
+                            const std::vector<mg::Shard<T>>& shards,
+                            const std::vector<int32_t*>& pivots, const mg::Rhs<T>& rhs) {
+        return mg::Getrs<T>(ctx, layout, shards, pivots, op, conj, ipc_tiles, rhs);
       });
 }
 

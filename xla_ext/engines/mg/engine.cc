@@ -231,13 +231,14 @@ Status HostPivots(Context& ctx, const ColumnLayout& layout, const std::vector<in
 // Getrs takes CUBLAS_OP_N only: U^T Y = B by forward substitution over the
 // column tiles, L^T Z = Y backwards, then X = P Z. x (n x kc, column-major,
 // on the grid's first device) holds B and receives X; each step is one GEMM
-// and one TRSM on that device. A tile on another GPU is first copied into the
-// first participant's spare tile: that GPU's kernels cannot read memory that
-// another process shared through CUDA IPC.
+// and one TRSM on that device, reading each tile where it lives (peer
+// access). With `ipc_tiles`, a tile on another GPU is first copied into the
+// first participant's spare tile: kernels cannot read memory that another
+// process shared through CUDA IPC on a GPU other than their own.
 template <typename T>
 Status TransposedLuSolve(Context& ctx, const ColumnLayout& layout,
                          const std::vector<Shard<T>>& factor, const std::vector<int32_t>& ipiv,
-                         T* x, int64_t kc) {
+                         bool ipc_tiles, T* x, int64_t kc) {
   const int n = static_cast<int>(layout.n_cols);
   const int t = static_cast<int>(layout.tile);
   const int k = static_cast<int>(kc);
@@ -246,7 +247,7 @@ Status TransposedLuSolve(Context& ctx, const ColumnLayout& layout,
   auto fetch = [&](int64_t j) -> Status {
     const Slot s = layout.BlockCyclic(j);
     tile = factor[s.device].a + s.index * layout.n_cols * layout.tile;
-    if (ctx.devices()[s.device] == ctx.devices()[0]) return Status::Ok();
+    if (!ipc_tiles || ctx.devices()[s.device] == ctx.devices()[0]) return Status::Ok();
     JAXMG_RETURN_IF_ERROR(PeerCopy(ctx, 0, factor[0].spare, 0, tile, s.device, int64_t{n} * t));
     tile = factor[0].spare;
     return Status::Ok();
@@ -534,7 +535,7 @@ Status Getrf(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
 
 template <typename T>
 Status Getrs(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T>>& factor,
-             const std::vector<int32_t*>& piv, cublasOperation_t op, bool conj,
+             const std::vector<int32_t*>& piv, cublasOperation_t op, bool conj, bool ipc_tiles,
              const Rhs<T>& rhs) {
   const int n = static_cast<int>(layout.n_cols);
   cudaLibMgMatrixDesc_t desc;
@@ -552,7 +553,7 @@ Status Getrs(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
       ctx, layout, rhs, conj,
       [&](T* columns, int64_t kc) -> Status {
         if (op != CUBLAS_OP_N) {
-          return TransposedLuSolve(ctx, layout, factor, host_pivots, columns, kc);
+          return TransposedLuSolve(ctx, layout, factor, host_pivots, ipc_tiles, columns, kc);
         }
         cudaLibMgMatrixDesc_t desc_b;
         JAXMG_RETURN_IF_ERROR(ctx.Descriptor(n, kc, layout.tile, kType<T>, &desc_b));
@@ -637,7 +638,7 @@ Status Syevd(Context& ctx, const ColumnLayout& layout, const std::vector<Shard<T
   template Status Getrf<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,      \
                            const std::vector<int32_t*>&, int32_t*);                          \
   template Status Getrs<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&,      \
-                           const std::vector<int32_t*>&, cublasOperation_t, bool,            \
+                           const std::vector<int32_t*>&, cublasOperation_t, bool, bool,      \
                            const Rhs<T>&);                                                   \
   template Status Syevd<T>(Context&, const ColumnLayout&, const std::vector<Shard<T>>&, bool, \
                            Real<T>*, int32_t*);

@@ -69,11 +69,13 @@ Status Getrf(Context& ctx, const layout::ColumnLayout& layout, const std::vector
 
 // Solves op(M) X = B (conj: conj(M) X = B) with M's factor from Getrf; op is
 // CUBLAS_OP_N (cusolverMgGetrs) or CUBLAS_OP_T (jaxmg's own triangular solves
-// over the tiles: cusolverMgGetrs accepts only CUBLAS_OP_N).
+// over the tiles: cusolverMgGetrs accepts only CUBLAS_OP_N). `ipc_tiles`:
+// the tiles live in other processes' memory (CUDA IPC), which the first
+// GPU's kernels cannot read; the CUBLAS_OP_T path then copies each one over.
 template <typename T>
 Status Getrs(Context& ctx, const layout::ColumnLayout& layout,
              const std::vector<Shard<T>>& factor, const std::vector<int32_t*>& piv,
-             cublasOperation_t op, bool conj, const Rhs<T>& rhs);
+             cublasOperation_t op, bool conj, bool ipc_tiles, const Rhs<T>& rhs);
 
 // Lower triangle of the inverse, converted back to column blocks (NaN on failure).
 template <typename T>
