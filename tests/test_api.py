@@ -411,3 +411,86 @@ def test_donated_results_correct_over_repeated_calls(rng):
         a = helpers.spd(rng, n, DTYPE, CONDITION)
         inv = jaxmg.potri(helpers.rows(a, mesh), tile_size=1, donate=True)
         assert helpers.inverse_error(a, inv) <= tol(n)
+
+
+# ---- Repeated eager calls --------------------------------------------------
+
+
+def _plans():
+    from jaxmg._src import potrs as potrs_module
+
+    return potrs_module._PLANS
+
+
+def _check_solve(a_np, b, x, n):
+    want = np.linalg.solve(helpers.promote(a_np), helpers.promote(np.asarray(b)))
+    np.testing.assert_allclose(helpers.promote(np.asarray(x)), want, atol=tol(n) * np.abs(want).max())
+
+
+def test_repeated_eager_calls_reuse_one_plan(rng):
+    n = 12
+    mesh = helpers.mesh(2)
+    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+    a = helpers.put_rows(a_np, mesh)
+    _plans().clear()
+    for _ in range(3):
+        b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 2), mesh)
+        _check_solve(a_np, b, jaxmg.potrs(a, b, tile_size=2), n)
+    assert len(_plans()) == 1
+
+
+def test_plans_follow_sharding_shape_and_options(rng):
+    """Each distinct call gets its own plan and its own right answer, also
+    when the calls come again in another order."""
+    n = 12
+    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+    m2, m3 = helpers.mesh(2), helpers.mesh(3)
+    b1 = helpers.random_matrix(rng, n, DTYPE, 1)
+    b3 = helpers.random_matrix(rng, n, DTYPE, 3)
+    cases = [
+        (helpers.put_rows(a_np, m2), helpers.replicated(b1, m2), {}),
+        (helpers.put_rows(a_np, m2), helpers.replicated(b3, m2), {}),
+        (helpers.put_rows(a_np, m2), helpers.put_rows(b3, m2), {}),
+        (helpers.put_rows(a_np, m3), helpers.replicated(b1, m3), {}),
+        (helpers.put_rows(a_np, m2), helpers.replicated(b1, m2), {"tile_size": 3}),
+        (helpers.put_rows(a_np, m2), helpers.replicated(b1[:, 0], m2), {}),
+    ]
+    _plans().clear()
+    for a, b, kw in cases + cases[::-1]:
+        x = jaxmg.potrs(a, b, **kw)
+        assert x.shape == b.shape
+        _check_solve(a_np, b, x, n)
+    x, info = jaxmg.potrs(*cases[0][:2], return_info=True)
+    _check_solve(a_np, cases[0][1], x, n)
+    assert int(info) == 0
+    assert len(_plans()) == len(cases) + 1
+
+
+def test_checks_still_refuse_after_a_plan(rng):
+    n = 12
+    mesh = helpers.mesh(2)
+    a = helpers.put_rows(helpers.spd(rng, n, DTYPE, CONDITION), mesh)
+    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    jaxmg.potrs(a, b)
+    with pytest.raises(TypeError, match="b has dtype complex64"):
+        jaxmg.potrs(a, b.astype(np.complex64))
+    with pytest.raises(ValueError, match="b must have shape"):
+        jaxmg.potrs(a, b[:6])
+    with pytest.raises(TypeError, match="mesh must be a jax.sharding.Mesh"):
+        jaxmg.potrs(a, b, mesh=[mesh])
+    with pytest.raises(ValueError, match="backend must be one of"):
+        jaxmg.potrs(a, b, backend="fast")
+
+
+def test_no_plan_kept_for_traced_or_context_calls(rng):
+    n = 12
+    mesh = helpers.mesh(2)
+    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+    a = helpers.put_rows(a_np, mesh)
+    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    _plans().clear()
+    with jax.set_mesh(mesh):
+        _check_solve(a_np, b, jaxmg.potrs(a, b), n)
+    run = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=P("x", None)))
+    _check_solve(a_np, b, run(a, b), n)
+    assert len(_plans()) == 0

@@ -9,8 +9,9 @@ BACKENDS = ("auto", "jaxmg", "jax")
 
 # Orders below which JAX's own solver on one GPU beats cuSOLVERMg spread over
 # several (H200, float64: two-GPU potrf only wins from N~32768; cuSOLVERMg's
-# syevd is slower than one-GPU eigh at every size that fits one GPU).
-GPU_CROSSOVER = {"potrs": 24576, "potri": 24576, "syevd": 49152, "getrf": 24576}
+# syevd is slower than one-GPU eigh at every size that fits one GPU; LU's
+# two-GPU getrf wins from N=16384, float32 and float64).
+GPU_CROSSOVER = {"potrs": 24576, "potri": 24576, "syevd": 49152, "getrf": 16384}
 
 
 def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str:
