@@ -494,3 +494,40 @@ def test_no_plan_kept_for_traced_or_context_calls(rng):
     run = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=P("x", None)))
     _check_solve(a_np, b, run(a, b), n)
     assert len(_plans()) == 0
+
+
+def test_repeated_eager_calls_compile_nothing(rng):
+    """After one call of each routine, calling it again eagerly on new values
+    compiles nothing (an inv that built a fresh jitted identity per call
+    compiled on every call)."""
+    n = 12
+    mesh = helpers.mesh(2)
+    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+    b_np = helpers.random_matrix(rng, n, DTYPE, 2)
+
+    def calls(a, b):
+        f = jaxmg.cho_factor(a)
+        lu = jaxmg.lu_factor(a)
+        return [
+            jaxmg.potrs(a, b), jaxmg.solve(a, b, assume_a="pos"), jaxmg.solve(a, b),
+            jaxmg.cho_solve(f, b), jaxmg.cho_logdet(f), jaxmg.lu_solve(lu, b), jaxmg.inv(a),
+            jaxmg.inv(a, assume_a="pos"), jaxmg.potri(a), jaxmg.eigh(a), jaxmg.eigvalsh(a),
+            jaxmg.syevd(a), jaxmg.slogdet(a),
+        ]
+
+    compiles = []
+
+    def listen(event, duration, **kwargs):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiles.append(event)
+
+    def place(x):
+        return helpers.put_rows(x, mesh), helpers.replicated(b_np, mesh)
+
+    jax.block_until_ready(calls(*place(a_np)))
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        jax.block_until_ready(calls(*place(2 * a_np)))
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    assert compiles == []

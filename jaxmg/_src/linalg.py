@@ -167,10 +167,15 @@ def _eye(layout: Layout, dtype):
     spec = layout.row_spec if sharded else P()
     if placement.manual:
         return jnp.eye(layout.n, dtype=dtype), sharded
+    return _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)(), sharded
+
+
+@functools.lru_cache(maxsize=64)
+def _eye_maker(n: int, dtype, mesh, spec):
     # Built in place on the mesh: an eager identity would live on one device,
-    # which a mesh spanning processes cannot take.
-    make = functools.partial(jnp.eye, layout.n, dtype=dtype)
-    return jax.jit(make, out_shardings=NamedSharding(placement.mesh, spec))(), sharded
+    # which a mesh spanning processes cannot take. One jitted maker per shape
+    # and placement: a new one per call would compile on every eager call.
+    return jax.jit(functools.partial(jnp.eye, n, dtype=dtype), out_shardings=NamedSharding(mesh, spec))
 
 
 # --------------------------------------------------------------------------
