@@ -472,6 +472,10 @@ def test_checks_still_refuse_after_a_plan(rng):
     a = helpers.put_rows(helpers.spd(rng, n, DTYPE, CONDITION), mesh)
     b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
     jaxmg.potrs(a, b)
+    jaxmg.potrs(a, b, tile_size=2)
+    for bad in (2.0, True, np.float64(2)):  # equal to 2 as keys, refused as tiles
+        with pytest.raises(TypeError, match="tile_size must be a positive int"):
+            jaxmg.potrs(a, b, tile_size=bad)
     with pytest.raises(TypeError, match="b has dtype complex64"):
         jaxmg.potrs(a, b.astype(np.complex64))
     with pytest.raises(ValueError, match="b must have shape"):
@@ -480,6 +484,8 @@ def test_checks_still_refuse_after_a_plan(rng):
         jaxmg.potrs(a, b, mesh=[mesh])
     with pytest.raises(ValueError, match="backend must be one of"):
         jaxmg.potrs(a, b, backend="fast")
+    jaxmg.potrs(a, b, donate=True)  # a plan without donation does not stand in
+    assert a.is_deleted()
 
 
 def test_no_plan_kept_for_traced_or_context_calls(rng):

@@ -46,13 +46,13 @@ def potrs(
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
     """
-    key = dist.eager_key((a, b), tile_size, mesh, spec, backend, return_info, donate)
+    tile = dist.check_tile(tile_size)  # before the key: 2.0 == 2 must not find 2's plan
+    key = dist.eager_key((a, b), tile, mesh, spec, backend, return_info, donate)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         return plan(a, b)
     dist.check_rank2(a, "a")
     dtype = dist.check_dtype(a, "a")
-    tile = dist.check_tile(tile_size)
     placement = dist.resolve_placement(a, mesh, spec, "a")
     n = dist.check_square(a, placement, "a")
     b = jnp.asarray(b) if not hasattr(b, "shape") else b
