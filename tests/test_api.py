@@ -10,6 +10,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import helpers
 import jaxmg
+from jaxmg._src import plans
 
 CONDITION = 10.0
 DTYPE = np.complex128  # complex: a conjugation slip cannot hide
@@ -416,10 +417,6 @@ def test_donated_results_correct_over_repeated_calls(rng):
 # ---- Repeated eager calls --------------------------------------------------
 
 
-def _plans():
-    from jaxmg._src import potrs as potrs_module
-
-    return potrs_module._PLANS
 
 
 def _check_solve(a_np, b, x, n):
@@ -432,11 +429,11 @@ def test_repeated_eager_calls_reuse_one_plan(rng):
     mesh = helpers.mesh(2)
     a_np = helpers.spd(rng, n, DTYPE, CONDITION)
     a = helpers.put_rows(a_np, mesh)
-    _plans().clear()
+    plans.clear()
     for _ in range(3):
         b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 2), mesh)
         _check_solve(a_np, b, jaxmg.potrs(a, b, tile_size=2), n)
-    assert len(_plans()) == 1
+    assert plans.count() == 1
 
 
 def test_plans_follow_sharding_shape_and_options(rng):
@@ -455,7 +452,7 @@ def test_plans_follow_sharding_shape_and_options(rng):
         (helpers.put_rows(a_np, m2), helpers.replicated(b1, m2), {"tile_size": 3}),
         (helpers.put_rows(a_np, m2), helpers.replicated(b1[:, 0], m2), {}),
     ]
-    _plans().clear()
+    plans.clear()
     for a, b, kw in cases + cases[::-1]:
         x = jaxmg.potrs(a, b, **kw)
         assert x.shape == b.shape
@@ -463,7 +460,25 @@ def test_plans_follow_sharding_shape_and_options(rng):
     x, info = jaxmg.potrs(*cases[0][:2], return_info=True)
     _check_solve(a_np, cases[0][1], x, n)
     assert int(info) == 0
-    assert len(_plans()) == len(cases) + 1
+    assert plans.count() == len(cases) + 1
+
+
+def test_solve_plans_keep_each_assumption_and_failure_mode(rng):
+    n = 12
+    mesh = helpers.mesh(2)
+    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+    a = helpers.put_rows(a_np, mesh)
+    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    plans.clear()
+    for _ in range(2):
+        _check_solve(a_np, b, jaxmg.solve(a, b, assume_a="pos"), n)
+        _check_solve(a_np, b, jaxmg.solve(a, b), n)
+    assert plans.count() == 2
+    singular = helpers.put_rows(np.zeros((n, n), DTYPE), mesh)
+    assert np.isnan(np.asarray(jaxmg.solve(singular, b))).all()
+    with pytest.raises(jaxmg.LinAlgError, match="singular"):
+        jaxmg.solve(singular, b, on_failure="raise")
+    assert plans.count() == 2  # "raise" reports on every call: no plan
 
 
 def test_checks_still_refuse_after_a_plan(rng):
@@ -494,12 +509,12 @@ def test_no_plan_kept_for_traced_or_context_calls(rng):
     a_np = helpers.spd(rng, n, DTYPE, CONDITION)
     a = helpers.put_rows(a_np, mesh)
     b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
-    _plans().clear()
+    plans.clear()
     with jax.set_mesh(mesh):
         _check_solve(a_np, b, jaxmg.potrs(a, b), n)
     run = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=mesh, spec=P("x", None)))
     _check_solve(a_np, b, run(a, b), n)
-    assert len(_plans()) == 0
+    assert plans.count() == 0
 
 
 def test_repeated_eager_calls_compile_nothing(rng):

@@ -18,7 +18,7 @@ import numpy as np
 from jax.experimental import checkify
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import dispatch, distribution as dist, factors, potri as potri_mod
+from jaxmg._src import dispatch, distribution as dist, factors, plans, potri as potri_mod
 from jaxmg._src import syevd as syevd_mod
 from jaxmg._src.factors import CholeskyFactor, Layout, LUFactor
 
@@ -357,6 +357,11 @@ def solve(
     """x with a @ x = b, like ``jax.scipy.linalg.solve``. assume_a: "pos"
     (symmetric/Hermitian positive definite: Cholesky) or "gen", "sym", "her"
     (LU with partial pivoting). x is NaN where the factorisation failed."""
+    tile = dist.check_tile(tile_size)
+    key = dist.eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure)
+    plan = plans.find(key)
+    if plan is not None:
+        return plan(a, b)
     _check_assume_a(assume_a)
     _check_on_failure(on_failure)
     pos = assume_a == "pos"
@@ -368,13 +373,21 @@ def solve(
             "cast with b.astype(a.dtype)"
         )
     b_sharded = factors.is_row_sharded(b, layout.placement)
+    if on_failure == "nan":
+        program = solve_pos if pos else _solve_gen
+        extra = dict(with_info=False) if pos else {}
+        plan = functools.partial(_first, program, layout=layout, b_sharded=b_sharded, **extra)
+        return plans.keep(key, plan)(a, b)
     if pos:
-        x, info = solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=on_failure != "nan")
+        x, info = solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=True)
     else:
         x, info = _solve_gen(a, b, layout=layout, b_sharded=b_sharded)
-    if on_failure != "nan":
-        report(info, on_failure, _NOT_SPD if pos else _SINGULAR)
+    report(info, on_failure, _NOT_SPD if pos else _SINGULAR)
     return x
+
+
+def _first(program, a, b, **static):
+    return program(a, b, **static)[0]
 
 
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto"):

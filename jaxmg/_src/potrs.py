@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, dispatch, distribution as dist, factors, native
+from jaxmg._src import collective, dispatch, distribution as dist, factors, native, plans
 
 
 def potrs(
@@ -47,8 +47,8 @@ def potrs(
       and info (int32 scalar) if ``return_info``.
     """
     tile = dist.check_tile(tile_size)  # before the key: 2.0 == 2 must not find 2's plan
-    key = dist.eager_key((a, b), tile, mesh, spec, backend, return_info, donate)
-    plan = _PLANS.get(key) if key is not None else None
+    key = dist.eager_key((a, b), "potrs", tile, mesh, spec, backend, return_info, donate)
+    plan = plans.find(key)
     if plan is not None:
         return plan(a, b)
     dist.check_rank2(a, "a")
@@ -82,18 +82,9 @@ def potrs(
             _solve_pos, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
             return_info=bool(return_info),
         )
-        if key is not None:
-            if len(_PLANS) > 1024:
-                _PLANS.clear()
-            _PLANS[key] = plan
-        return plan(a, b)
+        return plans.keep(key, plan)(a, b)
     x = x[:, 0] if vector else x
     return (x, info) if return_info else x
-
-
-# Eager calls' plans by dist.eager_key: a repeated call skips the checks and
-# dispatch, which cost a small problem more than the solve's own launch.
-_PLANS: dict = {}
 
 
 def _solve_pos(a, b, *, layout, b_sharded, return_info):

@@ -1,0 +1,31 @@
+"""Plans of eager calls: what the argument checks and the engine choice
+decided, kept by `distribution.eager_key`, so that a call repeated on arrays
+of the same sharding, shape and dtype goes straight to its compiled program
+(for a small problem the checks cost more than the solve's own launch)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+LIMIT = 1024
+_plans: dict[Any, Callable] = {}
+
+
+def find(key) -> Callable | None:
+    return _plans.get(key) if key is not None else None
+
+
+def keep(key, plan: Callable) -> Callable:
+    if key is not None:
+        if len(_plans) >= LIMIT:
+            _plans.pop(next(iter(_plans)))  # the oldest
+        _plans[key] = plan
+    return plan
+
+
+def count() -> int:
+    return len(_plans)
+
+
+def clear() -> None:
+    _plans.clear()
