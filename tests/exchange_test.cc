@@ -130,14 +130,6 @@ bool Contains(const Status& status, const std::string& part) {
   return !status.ok() && status.message().find(part) != std::string::npos;
 }
 
-bool SamePieces(const std::vector<Piece>& a, const std::vector<Piece>& b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](const Piece& x, const Piece& y) {
-           return x.src_row == y.src_row && x.src_col == y.src_col && x.dst_row == y.dst_row &&
-                  x.dst_col == y.dst_col && x.rows == y.rows && x.cols == y.cols;
-         });
-}
-
 // Properties each schedule has alone, and the agreement of both sides of a pair.
 void CheckSchedules(const RedistributionPlan& plan, const std::vector<ExchangeSchedule>& all,
                     size_t element_bytes, int64_t budget) {
@@ -150,7 +142,7 @@ void CheckSchedules(const RedistributionPlan& plan, const std::vector<ExchangeSc
     const ExchangeSchedule& s = all[r];
     CHECK(s.rank == r && s.ranks == ranks && s.element_bytes == element_bytes);
     CHECK(s.chunk_bytes == budget / elem * elem && s.chunk_bytes <= budget);
-    CHECK(SamePieces(s.local, plan.Between(r, r)));
+    CHECK(s.local == plan.Between(r, r));
     CHECK(s.send_chunks[r] == 0 && s.recv_chunks[r] == 0);
     std::vector<int64_t> per_shift(ranks, 0);
     int32_t shift = 1;

@@ -99,6 +99,10 @@ struct Piece {
   int64_t dst_col;
   int64_t rows;
   int64_t cols;
+  bool operator==(const Piece& o) const {
+    return src_row == o.src_row && src_col == o.src_col && dst_row == o.dst_row &&
+           dst_col == o.dst_col && rows == o.rows && cols == o.cols;
+  }
 };
 
 struct RedistributionPlan {

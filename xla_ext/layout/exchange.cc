@@ -81,13 +81,7 @@ Status CheckSteps(const RedistributionPlan& plan, const ExchangeSchedule& schedu
     return peer >= 0 && peer < n_ranks && peer != rank && begin >= 0 && end - begin <= scratch &&
            begin % elem == 0 && end % elem == 0 && end <= totals[peer];
   };
-  const std::vector<Piece>& local = plan.Between(rank, rank);
-  const auto same = [](const Piece& a, const Piece& b) {
-    return a.src_row == b.src_row && a.src_col == b.src_col && a.dst_row == b.dst_row &&
-           a.dst_col == b.dst_col && a.rows == b.rows && a.cols == b.cols;
-  };
-  if (schedule.local.size() != local.size() ||
-      !std::equal(local.begin(), local.end(), schedule.local.begin(), same)) {
+  if (schedule.local != plan.Between(rank, rank)) {
     return Errorf("execute rank: rank ", rank, "'s schedule has other local copies than the "
                   "plan; rebuild the schedule with PlanExchange from this plan");
   }
