@@ -419,6 +419,14 @@ def test_donated_results_correct_over_repeated_calls(rng):
 
 
 
+def _small_problem(rng, n=12):
+    """n, a 2-device mesh, an SPD matrix, it row-sharded there, and a replicated b."""
+    mesh = helpers.mesh(2)
+    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    return n, mesh, a_np, helpers.put_rows(a_np, mesh), b
+
+
 def _check_solve(a_np, b, x, n):
     want = np.linalg.solve(helpers.promote(a_np), helpers.promote(np.asarray(b)))
     np.testing.assert_allclose(helpers.promote(np.asarray(x)), want, atol=tol(n) * np.abs(want).max())
@@ -464,11 +472,7 @@ def test_plans_follow_sharding_shape_and_options(rng):
 
 
 def test_solve_plans_keep_each_assumption_and_failure_mode(rng):
-    n = 12
-    mesh = helpers.mesh(2)
-    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
-    a = helpers.put_rows(a_np, mesh)
-    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    n, mesh, a_np, a, b = _small_problem(rng)
     plans.clear()
     for _ in range(2):
         _check_solve(a_np, b, jaxmg.solve(a, b, assume_a="pos"), n)
@@ -482,10 +486,7 @@ def test_solve_plans_keep_each_assumption_and_failure_mode(rng):
 
 
 def test_checks_still_refuse_after_a_plan(rng):
-    n = 12
-    mesh = helpers.mesh(2)
-    a = helpers.put_rows(helpers.spd(rng, n, DTYPE, CONDITION), mesh)
-    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    _, mesh, _, a, b = _small_problem(rng)
     jaxmg.potrs(a, b)
     jaxmg.potrs(a, b, tile_size=2)
     for bad in (2.0, True, np.float64(2)):  # equal to 2 as keys, refused as tiles
@@ -504,11 +505,7 @@ def test_checks_still_refuse_after_a_plan(rng):
 
 
 def test_no_plan_kept_for_traced_or_context_calls(rng):
-    n = 12
-    mesh = helpers.mesh(2)
-    a_np = helpers.spd(rng, n, DTYPE, CONDITION)
-    a = helpers.put_rows(a_np, mesh)
-    b = helpers.replicated(helpers.random_matrix(rng, n, DTYPE, 1), mesh)
+    n, mesh, a_np, a, b = _small_problem(rng)
     plans.clear()
     with jax.set_mesh(mesh):
         _check_solve(a_np, b, jaxmg.potrs(a, b), n)
