@@ -172,10 +172,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     abstract = _context_mesh()
     if abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
-    cacheable = mesh is None or isinstance(mesh, Mesh)
-    if abstract is None and cacheable and isinstance(a, jax.Array) and not isinstance(
-        a, jax.core.Tracer
-    ):
+    if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
         return _concrete_placement(a.sharding, mesh, spec, name)
@@ -186,10 +183,7 @@ def eager_key(arrays, *options):
     """A hashable key for an eager call's plan (what the checks and dispatch
     decided), or None where the plan may not be reused: a traced array, or a
     mesh set in context."""
-    for x in arrays:
-        if isinstance(x, jax.core.Tracer) or not isinstance(x, jax.Array):
-            return None
-    if _context_mesh() is not None:
+    if not all(_concrete(x) for x in arrays) or _context_mesh() is not None:
         return None
     key = tuple((x.sharding, x.shape, x.dtype) for x in arrays) + options
     try:
@@ -197,6 +191,11 @@ def eager_key(arrays, *options):
     except TypeError:  # an option of a type the checks will refuse
         return None
     return key
+
+
+def _concrete(x) -> bool:
+    """A jax.Array with values (not traced)."""
+    return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
 
 
 @functools.lru_cache(maxsize=256)

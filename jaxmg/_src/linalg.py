@@ -374,9 +374,10 @@ def solve(
         )
     b_sharded = factors.is_row_sharded(b, layout.placement)
     if on_failure == "nan":
-        program = solve_pos if pos else _solve_gen
-        extra = dict(with_info=False) if pos else {}
-        plan = functools.partial(_first, program, layout=layout, b_sharded=b_sharded, **extra)
+        if pos:
+            plan = functools.partial(solve_pos_result, layout=layout, b_sharded=b_sharded)
+        else:
+            plan = functools.partial(_solve_gen_x, layout=layout, b_sharded=b_sharded)
         return plans.keep(key, plan)(a, b)
     if pos:
         x, info = solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=True)
@@ -386,8 +387,14 @@ def solve(
     return x
 
 
-def _first(program, a, b, **static):
-    return program(a, b, **static)[0]
+def solve_pos_result(a, b, *, layout, b_sharded, with_info=False):
+    """x, or (x, info) with_info: what jaxmg.potrs and jaxmg.solve return."""
+    x, info = solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=with_info)
+    return (x, info) if with_info else x
+
+
+def _solve_gen_x(a, b, *, layout, b_sharded):
+    return _solve_gen(a, b, layout=layout, b_sharded=b_sharded)[0]
 
 
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto"):

@@ -77,20 +77,15 @@ def potrs(
             a, b2, placement=placement, tile=tile, b_sharded=b_sharded, engine=engine
         )
     else:
+        from jaxmg._src import linalg  # differentiable: factor, then solve against it
+
         layout = factors.layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
         plan = functools.partial(
-            _solve_pos, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
-            return_info=bool(return_info),
+            linalg.solve_pos_result, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
+            with_info=bool(return_info),
         )
         return plans.keep(key, plan)(a, b)
     x = x[:, 0] if vector else x
-    return (x, info) if return_info else x
-
-
-def _solve_pos(a, b, *, layout, b_sharded, return_info):
-    from jaxmg._src import linalg  # differentiable: factor, then solve against it
-
-    x, info = linalg.solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=return_info)
     return (x, info) if return_info else x
 
 
