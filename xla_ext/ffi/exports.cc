@@ -4,10 +4,25 @@
 #include "xla_ext/engines/lapack/lapack.h"
 #include "xla_ext/rendezvous/processes.h"
 #include "xla_ext/rendezvous/rendezvous.h"
+#include "xla_ext/engines/mp/engine.h"
 #include "xla_ext/vendor/cuda.h"
+#include "xla_ext/vendor/cusolvermp.h"
 
 #include <cstring>
 #include <vector>
+
+namespace {
+
+int Report(const jaxmg::Status& s, char* error, size_t error_size) {
+  if (s.ok()) return 0;
+  if (error_size > 0) {
+    std::strncpy(error, s.message().c_str(), error_size - 1);
+    error[error_size - 1] = '\0';
+  }
+  return 1;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -30,6 +45,46 @@ int jaxmg_cuda_init(const char* search_path, char* error, size_t error_size) {
     error[error_size - 1] = '\0';
   }
   return 1;
+}
+
+// Loads NCCL and cuSOLVERMp (after jaxmg_cuda_init). 0, or 1 with the reason.
+int jaxmg_cusolvermp_init(const char* search_path, char* error, size_t error_size) {
+  return Report(jaxmg::cusolvermp::Load(search_path ? search_path : ""), error, error_size);
+}
+
+// A fresh NCCL unique id as 256 hex digits (+ NUL) in `hex`.
+int jaxmg_nccl_unique_id(char* hex, char* error, size_t error_size) {
+  ncclUniqueId id;
+  ncclResult_t r = jaxmg::cusolvermp::api().ncclGetUniqueId(&id);
+  if (r != ncclSuccess) {
+    return Report(jaxmg::cusolvermp::NcclError(r, "ncclGetUniqueId", __FILE__, __LINE__), error,
+                  error_size);
+  }
+  static const char kDigits[] = "0123456789abcdef";
+  for (size_t i = 0; i < sizeof(id.internal); ++i) {
+    const auto byte = static_cast<unsigned char>(id.internal[i]);
+    hex[2 * i] = kDigits[byte >> 4];
+    hex[2 * i + 1] = kDigits[byte & 15];
+  }
+  hex[2 * sizeof(id.internal)] = '\0';
+  return 0;
+}
+
+// cuSOLVERMp's version (major * 1000 + minor * 100 + patch) through GPU
+// `device`'s handle.
+int jaxmg_cusolvermp_version(int device, int* version, char* error, size_t error_size) {
+  static cudaStream_t stream = nullptr;  // the handle keeps it; made once
+  const jaxmg::cuda::Api& rt = jaxmg::cuda::api();
+  jaxmg::cuda::DeviceGuard guard;
+  if (stream == nullptr) {
+    cudaError_t e = rt.cudaSetDevice(device);
+    if (e == cudaSuccess) e = rt.cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    if (e != cudaSuccess) {
+      return Report(jaxmg::cuda::CudaError(e, "cudaStreamCreateWithFlags", __FILE__, __LINE__),
+                    error, error_size);
+    }
+  }
+  return Report(jaxmg::mp::Version(device, stream, version), error, error_size);
 }
 
 // Joins the job-private channel of a job that runs one process per device:

@@ -104,6 +104,14 @@ bool Loaded() { return g_api != nullptr; }
 
 const Api& api() { return *g_api; }
 
+DeviceGuard::DeviceGuard() {
+  if (g_api->cudaGetDevice(&saved_) != cudaSuccess) saved_ = -1;
+}
+
+DeviceGuard::~DeviceGuard() {
+  if (saved_ >= 0) g_api->cudaSetDevice(saved_);
+}
+
 Status CudaError(cudaError_t code, const char* expr, const char* file, int line) {
   const char* text = g_api ? g_api->cudaGetErrorString(code) : "unknown";
   return Errorf("jaxmg: CUDA error ", static_cast<int>(code), " (", text, ") in ", expr, " at ",

@@ -23,7 +23,8 @@ namespace jaxmg::cuda {
   X(cudaDeviceCanAccessPeer) X(cudaDeviceEnablePeerAccess) X(cudaGetLastError)        \
   X(cudaMalloc) X(cudaFree) X(cudaDeviceSynchronize) X(cudaEventCreateWithFlags)      \
   X(cudaEventRecord) X(cudaStreamWaitEvent) X(cudaEventDestroy) X(cudaMemGetInfo)       \
-  X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle) X(cudaIpcCloseMemHandle)
+  X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle) X(cudaIpcCloseMemHandle)          \
+  X(cudaMemcpy2DAsync)
 
 #define JAXMG_CUBLAS_FUNCTIONS(X)                                                      \
   X(cublasCreate_v2) X(cublasDestroy_v2) X(cublasSetStream_v2) X(cublasSgeam)         \
@@ -57,6 +58,17 @@ Status Load(const std::string& search_path);
 // The loaded table; Load must have succeeded.
 const Api& api();
 bool Loaded();
+
+// Restores the calling thread's current CUDA device on scope exit: handlers
+// run on XLA threads that expect their device unchanged.
+class DeviceGuard {
+ public:
+  DeviceGuard();
+  ~DeviceGuard();
+
+ private:
+  int saved_ = -1;
+};
 
 Status CudaError(cudaError_t code, const char* expr, const char* file, int line);
 Status CusolverError(cusolverStatus_t code, const char* expr, const char* file, int line);

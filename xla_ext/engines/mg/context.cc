@@ -88,12 +88,4 @@ Status Context::SynchronizeDevices() const {
   return Status::Ok();
 }
 
-DeviceGuard::DeviceGuard() {
-  if (cuda::api().cudaGetDevice(&saved_) != cudaSuccess) saved_ = -1;
-}
-
-DeviceGuard::~DeviceGuard() {
-  if (saved_ >= 0) cuda::api().cudaSetDevice(saved_);
-}
-
 }  // namespace jaxmg::mg

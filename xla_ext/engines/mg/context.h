@@ -54,16 +54,7 @@ class Context {
   std::map<std::tuple<int64_t, int64_t, int64_t, int>, cudaLibMgMatrixDesc_t> descriptors_;
 };
 
-// Restores the calling thread's current CUDA device on scope exit: the
-// leader runs on an XLA thread that expects its device unchanged.
-class DeviceGuard {
- public:
-  DeviceGuard();
-  ~DeviceGuard();
-
- private:
-  int saved_ = -1;
-};
+using DeviceGuard = cuda::DeviceGuard;
 
 }  // namespace jaxmg::mg
 
