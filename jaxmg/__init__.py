@@ -16,6 +16,7 @@ from jaxmg._src.linalg import (
     slogdet,
     solve,
 )
+from jaxmg._src.least_squares import lstsq, qr
 from jaxmg._src.potri import potri
 from jaxmg._src.potrs import potrs
 from jaxmg._src.syevd import syevd
@@ -34,9 +35,11 @@ __all__ = [
     "eigvalsh",
     "inv",
     "lu_factor",
+    "lstsq",
     "lu_solve",
     "potri",
     "potrs",
+    "qr",
     "slogdet",
     "solve",
     "syevd",

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from jaxmg._src import collective, distribution as dist
 
-BACKENDS = ("auto", "jaxmg", "jax")
+BACKENDS = ("auto", "jaxmg", "jax", "mp")
+# What cuSOLVERMp offers of the routines both engines have (it has no potri).
+MP_ROUTINES = ("potrs", "syevd", "getrf")
 
 # Orders below which JAX's own solver on one GPU beats cuSOLVERMg spread over
 # several (H200, float64: two-GPU potrf only wins from N~32768; cuSOLVERMg's
@@ -19,6 +21,16 @@ def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str
     purpose there is to run the multi-device protocol)."""
     if backend not in BACKENDS:
         raise ValueError(f"jaxmg: backend must be one of {BACKENDS}, got {backend!r}")
+    if backend == "mp":
+        if routine not in MP_ROUTINES:
+            raise ValueError(
+                f"jaxmg: backend='mp' has no {routine} (cuSOLVERMp lacks it); use backend='auto' "
+                "or 'jaxmg', or for an inverse jaxmg.inv(a, assume_a='gen')"
+            )
+        from jaxmg._src import mp
+
+        mp.check(placement, routine)
+        return "mp"
     if placement.manual:
         if backend == "jax":
             raise ValueError(

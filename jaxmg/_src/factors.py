@@ -24,7 +24,7 @@ class Layout:
     placement: dist.Placement
     n: int  # the order of the user's matrix
     tile: int  # T_A (unused by the "jax" engine)
-    engine: str  # "jaxmg": block-cyclic factor; "jax": JAX's own, replicated
+    engine: str  # "jaxmg": block-cyclic; "mp": cuSOLVERMp's; "jax": JAX's own, replicated
 
     @property
     def row_spec(self):
@@ -34,8 +34,18 @@ class Layout:
 @functools.lru_cache(maxsize=1024)
 def layout(placement: dist.Placement, n: int, tile: int, engine: str) -> Layout:
     """One Layout object per value: jit's cache compares the same object at
-    once, where a new one costs an eager call several microseconds."""
+    once, where a new one costs an eager call several microseconds. The "mp"
+    engine's tile is a rank's share of the columns, ceil(N / P): JAX's own
+    blocks, which cuSOLVERMp takes as they are."""
+    if engine == "mp":
+        tile = -(-n // placement.n_devices)
     return Layout(placement, n, tile, engine)
+
+
+def _mp_block(layout: Layout) -> int:
+    from jaxmg._src import mp
+
+    return mp.block_size(layout.tile * layout.placement.n_devices, layout.placement.n_devices)
 
 
 @functools.partial(
@@ -95,6 +105,10 @@ def _cholesky_impl(a, *, layout: Layout):
     if layout.engine == "jax":
         c, _ = jsl.cho_factor(dist.constrain(a, layout.placement, P()), lower=False)
         return c, jnp.any(jnp.isnan(jnp.diagonal(c))).astype(jnp.int32)
+    if layout.engine == "mp":
+        from jaxmg._src import mp
+
+        return mp.potrf(_padded(a, layout, 1), layout.placement, _mp_block(layout))
     spec = layout.row_spec
 
     def body(block):
@@ -112,6 +126,10 @@ def _lu_impl(a, *, layout: Layout):
         lu, piv = jsl.lu_factor(dist.constrain(a, layout.placement, P()))
         singular = jnp.any(jnp.diagonal(lu) == 0) | jnp.any(jnp.isnan(jnp.diagonal(lu)))
         return lu, piv, singular.astype(jnp.int32)
+    if layout.engine == "mp":
+        from jaxmg._src import mp
+
+        return mp.getrf(_padded(a, layout, 1), layout.placement, _mp_block(layout))
     spec = layout.row_spec
     n_devices = layout.placement.n_devices
 
@@ -199,6 +217,13 @@ def _cho_solve_impl(factor, info, b, *, layout: Layout, b_sharded: bool):
         # JAX's factor of a matrix that is not positive definite is NaN already.
         x = jsl.cho_solve((factor, False), dist.constrain(b, layout.placement, P()))
         return dist.constrain_result(x, layout.placement, b_spec)
+    if layout.engine == "mp":
+        from jaxmg._src import mp
+
+        b_spec = P(layout.placement.axis, None) if b_sharded else P()
+        b_pad = dist.pad_rows(b, factor.shape[0])
+        x = mp.potrs(factor, b_pad, layout.placement, _mp_block(layout))[: layout.n]
+        return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
     x, b_spec = _solve_blocks("cholsolve", (factor, b), layout, b_sharded)
     return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
 
@@ -207,6 +232,19 @@ def _lu_solve_impl(lu_, piv, info, b, *, layout: Layout, b_sharded: bool, trans:
     if layout.engine == "jax":
         b_spec = P(layout.placement.axis, None) if b_sharded else P()
         x = jsl.lu_solve((lu_, piv), dist.constrain(b, layout.placement, P()), trans=trans)
+        return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
+    if layout.engine == "mp":
+        from jaxmg._src import mp
+
+        if trans != 0:
+            raise ValueError(
+                "jaxmg: backend='mp' solves with A only (cuSOLVERMp's getrs has no transpose); "
+                "jaxmg.lu_solve(trans=1 or 2) factors op(A) again from the matrix the factor "
+                "keeps, which a donated factor no longer has: use backend='jaxmg' or 'auto'"
+            )
+        b_spec = P(layout.placement.axis, None) if b_sharded else P()
+        b_pad = dist.pad_rows(b, lu_.shape[0])
+        x = mp.getrs(lu_, piv, b_pad, layout.placement, _mp_block(layout))[: layout.n]
         return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
     x, b_spec = _solve_blocks("lusolve", (lu_, piv, b), layout, b_sharded, trans=trans)
     return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
@@ -294,6 +332,13 @@ def _lu_slogdet_impl(lu_, piv, info, *, layout: Layout):
     if layout.engine == "jax":
         diag = jnp.diagonal(lu_)
         swaps = jnp.sum(piv != jnp.arange(piv.shape[0]))
+    elif layout.engine == "mp":
+        diag, g = _block_cyclic_diagonal(lu_, layout)
+        diag = jnp.where(g < layout.n, diag, 1)
+        # Every rank's pivots cover all rows; the last row pivots with itself,
+        # which gives the numbering's base.
+        rows = jnp.arange(piv.shape[0])
+        swaps = jnp.sum(piv != rows + (piv[-1] - rows[-1]))
     else:
         diag, g = _block_cyclic_diagonal(lu_, layout)
         diag = jnp.where(g < layout.n, diag, 1)

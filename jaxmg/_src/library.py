@@ -99,15 +99,16 @@ def _register_targets(lib: ctypes.CDLL, platform: str, xla_platform: str) -> Non
 
 
 def cuda_search_path() -> list[str]:
-    """Where cudart, cuBLAS and cuSOLVERMg are looked for: the NVIDIA pip
-    wheels (CUDA 13 and 12 layouts), then a CUDA toolkit."""
-    dirs = []
+    """Where the CUDA libraries (cudart, cuBLAS, cuSOLVERMg, NCCL,
+    cuSOLVERMp) are looked for: JAXMG_CUDA_LIBRARY_PATH (':'-separated), the
+    NVIDIA pip wheels (CUDA 13 and 12 layouts), then a CUDA toolkit."""
+    dirs = [pathlib.Path(d) for d in os.environ.get("JAXMG_CUDA_LIBRARY_PATH", "").split(":") if d]
     try:
         import nvidia
 
         for root in map(pathlib.Path, nvidia.__path__):
             dirs += [root / "cu13" / "lib", root / "cu12" / "lib"]
-            dirs += [root / name / "lib" for name in ("cusolver", "cublas", "cuda_runtime", "nvjitlink", "cusparse")]
+            dirs += [root / name / "lib" for name in ("cusolver", "cublas", "cuda_runtime", "nvjitlink", "cusparse", "nccl")]
     except ImportError:
         pass
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):

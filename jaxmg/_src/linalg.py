@@ -301,15 +301,26 @@ def lu_solve(lu_and_piv: LUFactor, b, trans=0):
 
 def _lu_solve_core(f: LUFactor, b, trans: int, b_sharded: bool):
     plain = _no_grad_factor(f)
+    op_factors = {}
+
+    def with_op(r, t):
+        # cuSOLVERMp's getrs has no transpose: the mp engine factors op(A)
+        # itself, once per trace (XLA drops it when nothing needs it).
+        if t == 0 or f.layout.engine != "mp" or f.a is None:
+            return factors.lu_solve(plain, r, t, b_sharded)
+        if t not in op_factors:
+            op_a = jax.lax.stop_gradient(_op(f.a, t))
+            op_factors[t] = _no_grad_factor(factors.lu(op_a, f.layout))
+        return factors.lu_solve(op_factors[t], r, 0, b_sharded)
 
     def solve(_, r):
-        return factors.lu_solve(plain, r, trans, b_sharded)
+        return with_op(r, trans)
 
     def transpose_solve(_, r):
         # The transpose of op(A): A^T for A, A for A^T, conj(A) for A^H.
         if trans == 2:
-            return jnp.conj(factors.lu_solve(plain, jnp.conj(r), 0, b_sharded))
-        return factors.lu_solve(plain, r, 1 - trans, b_sharded)
+            return jnp.conj(with_op(jnp.conj(r), 0))
+        return with_op(r, 1 - trans)
 
     if f.a is None:
         return solve(None, b)

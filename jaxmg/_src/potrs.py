@@ -95,6 +95,11 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
         x, info = native.potrs(a, b, placement)
         b_spec = P(placement.axis, None) if b_sharded else P()
         return dist.constrain_result(x, placement, b_spec), info, None
+    if engine == "mp":
+        layout = factors.layout(placement, n, 0, engine)
+        factor, info = factors._cholesky_impl(a, layout=layout)
+        x = factors._cho_solve_impl(factor, info, b, layout=layout, b_sharded=b_sharded)
+        return x, info, factor
     t = dist.choose_tile(n, placement.n_devices, tile)
     n_pad = dist.padded_size(n, placement.n_devices, t)
     a_spec = P(placement.axis, None)

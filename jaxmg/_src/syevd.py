@@ -74,20 +74,31 @@ def _syevd_impl(a, *, placement, tile, vectors, engine):
         w, v, info = native.syevd(a, placement, vectors)
         v = dist.constrain_result(v, placement, P(None, placement.axis)) if vectors else None
         return w, v, info
-    t = dist.choose_tile(n, placement.n_devices, tile)
-    n_pad = dist.padded_size(n, placement.n_devices, t)
+    if engine == "mp":
+        from jaxmg._src import mp
+
+        n_dev = placement.n_devices
+        n_pad = -(-n // n_dev) * n_dev
+        mp.check_syevd(n_pad, n_dev, vectors)
+    else:
+        t = dist.choose_tile(n, placement.n_devices, tile)
+        n_pad = dist.padded_size(n, placement.n_devices, t)
     a_spec = P(placement.axis, None)
     # Padding eigenvalues exceed every |eigenvalue| of a (<= its inf-norm),
     # so they sort last and the leading n pairs are a's own.
     pad_value = jnp.max(jnp.sum(jnp.abs(a), axis=1)) + 1 if n_pad > n else 1
     a = dist.constrain(dist.pad_matrix(a, n_pad, pad_value), placement, a_spec)
-    vh, w, info = jax.shard_map(
-        functools.partial(_syevd_body, placement=placement, tile=t, vectors=vectors),
-        mesh=placement.mesh,
-        in_specs=(a_spec,),
-        out_specs=(a_spec, P(), P()),
-        check_vma=False,
-    )(a)
+    if engine == "mp":
+        vh, w, info = mp.syevd(a, placement, mp.block_size(n_pad, n_dev, tile))
+        info = info[None]
+    else:
+        vh, w, info = jax.shard_map(
+            functools.partial(_syevd_body, placement=placement, tile=t, vectors=vectors),
+            mesh=placement.mesh,
+            in_specs=(a_spec,),
+            out_specs=(a_spec, P(), P()),
+            check_vma=False,
+        )(a)
     v = dist.unpad(jnp.conj(vh).T, placement, n, (0, 1)) if vectors else None
     return w[:n], v, info[0]
 

@@ -1,0 +1,118 @@
+"""Least squares and reduced QR of tall matrices: cuSOLVERMp's geqrf and
+orgqr (backend "mp"; least squares as R^-1 Q^H B), or JAX's own solvers on
+the whole matrix."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import collective, distribution as dist
+
+BACKENDS = ("auto", "mp", "jax")
+
+
+def _engine(placement: dist.Placement, backend: str, what: str) -> str:
+    if backend not in BACKENDS:
+        raise ValueError(f"jaxmg: {what} takes backend in {BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        on_gpus = collective.platform_of(placement) == "cuda" and not placement.manual
+        backend = "mp" if on_gpus and placement.n_devices > 1 else "jax"
+    if backend == "mp":
+        from jaxmg._src import mp
+
+        mp.check(placement, what, instead="'jax'")
+    elif placement.manual:
+        raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")
+    return backend
+
+
+def _tall(a, name="a"):
+    dist.check_rank2(a, name)
+    dtype = dist.check_dtype(a, name)
+    m, n = a.shape
+    if m < n:
+        raise ValueError(
+            f"jaxmg: {name} must have at least as many rows as columns (M >= N), got {m} x {n}; "
+            f"for a wide matrix use the transpose"
+        )
+    return dtype
+
+
+def lstsq(a, b, *, mesh=None, spec=None, backend="auto", return_info=False):
+    """Least-squares solution of ``a @ x ~ b`` (QR based; a must have full rank).
+
+    Args:
+      a: (M, N) matrix with M >= N, rows sharded over one mesh axis, ``P(axis, None)``.
+      b: (M,) or (M, K) right-hand sides with a's dtype.
+      mesh, spec: as for :func:`jaxmg.potrs`.
+      backend: "mp" (cuSOLVERMp's QR over the GPUs, then R^-1 Q^H b), "jax" (``jnp.linalg.lstsq`` on
+        the whole matrix) or "auto": "mp" on a mesh of several GPUs, else "jax".
+      return_info: also return info (0 on success).
+
+    Returns:
+      x with shape (N,) or (N, K), replicated; and info if ``return_info``.
+    """
+    dtype = _tall(a)
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
+        raise ValueError(
+            f"jaxmg: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a's rows, "
+            f"got {tuple(b.shape)}"
+        )
+    if jnp.dtype(b.dtype) != dtype:
+        raise TypeError(
+            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but a has {dtype.name}; "
+            "cast with b.astype(a.dtype)"
+        )
+    engine = _engine(placement, backend, "lstsq")
+    x, info = _lstsq(a, b[:, None] if b.ndim == 1 else b, placement=placement, engine=engine)
+    x = x[:, 0] if b.ndim == 1 else x
+    return (x, info) if return_info else x
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "engine"))
+def _lstsq(a, b, *, placement, engine):
+    if engine == "jax":
+        whole = dist.constrain(a, placement, P())
+        x = jnp.linalg.lstsq(whole, dist.constrain(b, placement, P()))[0]
+        return x, jnp.int32(0)
+    from jaxmg._src import mp
+
+    x, info = mp.gels(a, b, placement)
+    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype)), info
+
+
+def qr(a, *, mesh=None, spec=None, backend="auto", return_info=False):
+    """Reduced QR decomposition ``a = q @ r`` of a tall matrix.
+
+    Args:
+      a: (M, N) matrix with M >= N, rows sharded over one mesh axis, ``P(axis, None)``.
+      mesh, spec, backend, return_info: as for :func:`jaxmg.lstsq`.
+
+    Returns:
+      q: (M, N) with orthonormal columns, rows sharded like a; r: (N, N) upper
+      triangular; and info if ``return_info``.
+    """
+    _tall(a)
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    engine = _engine(placement, backend, "qr")
+    q, r, info = _qr(a, placement=placement, engine=engine)
+    return (q, r, info) if return_info else (q, r)
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "engine"))
+def _qr(a, *, placement, engine):
+    if engine == "jax":
+        q, r = jnp.linalg.qr(dist.constrain(a, placement, P()), mode="reduced")
+        info = jnp.int32(0)
+    else:
+        from jaxmg._src import mp
+
+        q, r, info = mp.qr(a, placement)
+    q = dist.constrain_result(q, placement, P(placement.axis, None))
+    return q, r, info
