@@ -8,6 +8,8 @@
 #   table      float64 potrs, LU, potri, N 1024..32768, beside JAX and JAXMg 0.0.8
 #   syevd      float64 syevd, N 1024..16384, likewise
 #   lu         C++ engine test on distinct GPUs and the GPU suite's LU cases
+#   mp         cuSOLVERMp engine: its GPU tests in one process and one process per GPU
+#              (needs the nvidia-cusolvermp-cu13 0.8.0 wheel in .whl/)
 #   run(command="tools/gpu_bench_session.sh processes overhead", carry=[".device", ".whl"], kind="nvidia-h200-x2")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +22,11 @@ peer=()
 if ls .whl/jaxmg-0.0.8-*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-deps --target /tmp/jaxmg-peer .whl/jaxmg-0.0.8-*.whl \
     && peer=(--peer-path /tmp/jaxmg-peer)
+fi
+mp_wheel=(.whl/nvidia_cusolvermp_cu13-*.whl)
+if [ -f "${mp_wheel[0]}" ]; then
+  python3 -m pip install -q --no-deps --target /tmp/cusolvermp "${mp_wheel[0]}" \
+    && export JAXMG_CUDA_LIBRARY_PATH=/tmp/cusolvermp/nvidia/cu13/lib
 fi
 
 processes() {
@@ -61,6 +68,16 @@ lu() {  # the LU paths after an engine change: C++ engine test, then the suite's
   done
   timeout 170 python3 -m pytest tests/gpu -q -p no:cacheprovider -k "lu_solve or factor_reuse" \
     --junitxml="$out/gpu_lu_tests.xml" 2>&1 | tee "$out/gpu_lu_tests.log" | tail -5
+}
+mp() {
+  timeout 300 python3 -m pytest tests/gpu/test_mp_gpu.py -q -p no:cacheprovider -rs \
+    --junitxml="$out/gpu_mp.xml" 2>&1 | tee "$out/gpu_mp.log" | tail -25
+  mkdir -p "$out/mp_logs"
+  JAXMG_TIMEOUT_S=60 JAXMG_TEST_LOGS="$out/mp_logs" timeout 240 python3 -m pytest \
+    tests/gpu_processes/test_mp_processes_gpu.py -q -p no:cacheprovider -rs -s \
+    > "$out/gpu_mp_processes.log" 2>&1
+  echo "status $?"; tail -30 "$out/gpu_mp_processes.log"
+  cat "$out"/mp_logs/* >> "$out/gpu_mp_processes.log" 2>/dev/null; rm -rf "$out/mp_logs"
 }
 
 steps=("$@")
