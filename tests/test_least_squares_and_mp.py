@@ -80,11 +80,27 @@ def test_mp_has_no_potri():
         jaxmg.inv(helpers.rows(np.eye(8), m), assume_a="pos", backend="mp")
 
 
-def test_block_size():
-    assert mp.block_size(1000, 4) == 250  # a rank's columns
-    assert mp.block_size(1000, 1) == 512  # one rank: a power of two
-    assert mp.block_size(5000, 1) == 1024
-    assert mp.block_size(3, 1) == 2
+def _placement(ranks):
+    from jaxmg._src import distribution as dist
+
+    return dist.Placement(helpers.mesh(ranks), "x", False)
+
+
+def test_block_size_is_a_power_of_two_with_little_padding():
+    assert mp.block_size(1000, _placement(1)) == 1024  # one rank: padded to 1024
+    assert mp.block_size(5000, _placement(1)) == 1024  # 5120
+    assert mp.block_size(900, _placement(1)) == 64  # 960: 1024 would pad by more than 1/8
+    assert mp.block_size(3, _placement(1)) == 1
+    assert mp.block_size(32768, _placement(2)) == mp.MANY_RANKS_BLOCK
+    assert mp.block_size(32768, _placement(2), 128) == 128  # tile_size bounds it
+    for n in (1, 7, 100, 1000, 4097, 20000):
+        for ranks in (1, 2, 4):
+            t = mp.block_size(n, _placement(ranks))
+            assert t & (t - 1) == 0
+            from jaxmg._src import cyclic
+
+            padded = cyclic.padded(n, t, _placement(ranks))
+            assert padded % (t * ranks) == 0 and padded - n <= max(n // 8, ranks - 1)
 
 
 @pytest.mark.parametrize("ranks, shape", [(2, (401, 301)), (2, (400, 300)), (4, (30, 29)), (1, (9, 9))])
@@ -94,12 +110,14 @@ def test_padding_leaves_qr_and_least_squares_unchanged(ranks, shape):
                          devices=jax.devices()[:ranks])
     a = rng.standard_normal(shape)
     rows_spec = P("x", None) if shape[0] % ranks == 0 else P()
+    placement = _placement(ranks)
+    block = mp.block_size(shape[1], placement)
     with jax.set_mesh(mesh):
-        padded, block = jax.jit(lambda x: mp.pad_rectangular(x, ranks))(
+        padded = jax.jit(lambda x: mp.pad_rectangular(x, placement, block))(
             jax.device_put(a, NamedSharding(mesh, rows_spec)))
     padded = np.asarray(padded)
     m, n = shape
-    assert padded.shape[1] % ranks == 0 and padded.shape[0] % (block * ranks) == 0
+    assert padded.shape[1] % (block * ranks) == 0 and padded.shape[0] % (block * ranks) == 0
     assert (padded[:m, :n] == a).all()
     p = padded.shape[1] - n
     np.testing.assert_array_equal(padded[m:m + p, n:], np.eye(p))

@@ -113,9 +113,14 @@ def _rows_axis(spec, name: str):
     entries = tuple(spec) + (None, None)
     rows, cols = entries[0], entries[1]
     if cols is not None:
+        as_tuple = lambda e: e if isinstance(e, tuple) else (e,)  # noqa: E731
+        if rows is not None and not set(as_tuple(rows)) & set(as_tuple(cols)):
+            # A 2-D block layout P("r", "c"): the rows over every axis, the first
+            # major, as the engines take it (the mp engine's grid is then r x c).
+            return as_tuple(rows) + as_tuple(cols)
         raise ValueError(
-            f"jaxmg: {name} is sharded along its columns ({P(*spec)}); jaxmg needs rows "
-            f"sharded and columns whole, e.g. P('x', None), or P(('r', 'c'), None) on a 2-D mesh"
+            f"jaxmg: {name} is sharded along its columns only ({P(*spec)}); jaxmg needs rows "
+            f"sharded, e.g. P('x', None), or P(('r', 'c'), None) or P('r', 'c') on a 2-D mesh"
         )
     if isinstance(rows, tuple):
         rows = rows[0] if len(rows) == 1 else (tuple(rows) or None)

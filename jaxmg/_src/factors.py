@@ -35,17 +35,12 @@ class Layout:
 def layout(placement: dist.Placement, n: int, tile: int, engine: str) -> Layout:
     """One Layout object per value: jit's cache compares the same object at
     once, where a new one costs an eager call several microseconds. The "mp"
-    engine's tile is a rank's share of the columns, ceil(N / P): JAX's own
-    blocks, which cuSOLVERMp takes as they are."""
+    engine's tile is cuSOLVERMp's block, `tile` only bounding it."""
     if engine == "mp":
-        tile = -(-n // placement.n_devices)
+        from jaxmg._src import mp
+
+        tile = mp.block_size(n, placement, tile or None)
     return Layout(placement, n, tile, engine)
-
-
-def _mp_block(layout: Layout) -> int:
-    from jaxmg._src import mp
-
-    return mp.block_size(layout.tile * layout.placement.n_devices, layout.placement.n_devices)
 
 
 @functools.partial(
@@ -97,7 +92,12 @@ class LUFactor:
 
 
 def _padded(a, layout: Layout, diagonal):
-    n_pad = dist.padded_size(layout.n, layout.placement.n_devices, layout.tile)
+    if layout.engine == "mp":
+        from jaxmg._src import cyclic
+
+        n_pad = cyclic.padded(layout.n, layout.tile, layout.placement)
+    else:
+        n_pad = dist.padded_size(layout.n, layout.placement.n_devices, layout.tile)
     return dist.constrain(dist.pad_matrix(a, n_pad, diagonal), layout.placement, layout.row_spec)
 
 
@@ -108,7 +108,7 @@ def _cholesky_impl(a, *, layout: Layout):
     if layout.engine == "mp":
         from jaxmg._src import mp
 
-        return mp.potrf(_padded(a, layout, 1), layout.placement, _mp_block(layout))
+        return mp.potrf(_padded(a, layout, 1), layout.placement, layout.tile)
     spec = layout.row_spec
 
     def body(block):
@@ -129,7 +129,7 @@ def _lu_impl(a, *, layout: Layout):
     if layout.engine == "mp":
         from jaxmg._src import mp
 
-        return mp.getrf(_padded(a, layout, 1), layout.placement, _mp_block(layout))
+        return mp.getrf(_padded(a, layout, 1), layout.placement, layout.tile)
     spec = layout.row_spec
     n_devices = layout.placement.n_devices
 
@@ -222,7 +222,7 @@ def _cho_solve_impl(factor, info, b, *, layout: Layout, b_sharded: bool):
 
         b_spec = P(layout.placement.axis, None) if b_sharded else P()
         b_pad = dist.pad_rows(b, factor.shape[0])
-        x = mp.potrs(factor, b_pad, layout.placement, _mp_block(layout))[: layout.n]
+        x = mp.potrs(factor, b_pad, layout.placement, layout.tile)[: layout.n]
         return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
     x, b_spec = _solve_blocks("cholsolve", (factor, b), layout, b_sharded)
     return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
@@ -244,7 +244,7 @@ def _lu_solve_impl(lu_, piv, info, b, *, layout: Layout, b_sharded: bool, trans:
             )
         b_spec = P(layout.placement.axis, None) if b_sharded else P()
         b_pad = dist.pad_rows(b, lu_.shape[0])
-        x = mp.getrs(lu_, piv, b_pad, layout.placement, _mp_block(layout))[: layout.n]
+        x = mp.getrs(lu_, piv, b_pad, layout.placement, layout.tile)[: layout.n]
         return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
     x, b_spec = _solve_blocks("lusolve", (lu_, piv, b), layout, b_sharded, trans=trans)
     return dist.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
@@ -318,11 +318,19 @@ def _block_cyclic_diagonal(factor, layout: Layout):
     )(factor)
 
 
+def _diagonal(factor, layout: Layout):
+    if layout.engine == "mp":
+        from jaxmg._src import mp
+
+        return mp.diagonal(factor, layout.placement, layout.tile)
+    return _block_cyclic_diagonal(factor, layout)
+
+
 def _cholesky_logdet_impl(factor, info, *, layout: Layout):
     if layout.engine == "jax":
         diag = jnp.diagonal(factor)
     else:
-        diag, g = _block_cyclic_diagonal(factor, layout)
+        diag, g = _diagonal(factor, layout)
         diag = jnp.where(g < layout.n, diag, 1)
     logdet = 2 * jnp.sum(jnp.log(jnp.real(diag)))
     return jnp.where(info == 0, logdet, jnp.nan)
@@ -333,7 +341,7 @@ def _lu_slogdet_impl(lu_, piv, info, *, layout: Layout):
         diag = jnp.diagonal(lu_)
         swaps = jnp.sum(piv != jnp.arange(piv.shape[0]))
     elif layout.engine == "mp":
-        diag, g = _block_cyclic_diagonal(lu_, layout)
+        diag, g = _diagonal(lu_, layout)
         diag = jnp.where(g < layout.n, diag, 1)
         # Every rank's pivots cover all rows; the last row pivots with itself,
         # which gives the numbering's base.

@@ -56,6 +56,8 @@ def _layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layou
         )
     n = dist.check_square(a, placement, "a")
     engine = dispatch.choose(routine, n, placement, backend)
+    if engine == "mp":
+        return factors.layout(placement, n, tile or 0, engine)
     tile = dist.choose_tile(n, placement.n_devices, tile)
     if routine == "getrf" and engine == "jaxmg":
         tile = dispatch.lu_tile(tile, placement)
@@ -246,7 +248,7 @@ def _spd_logdet(layout, a, factor, info):
 @_spd_logdet.defjvp
 def _spd_logdet_jvp(layout, primals, tangents):
     a, factor, info = primals
-    da = tangents[0]
+    da = dist.constrain(tangents[0], layout.placement, layout.row_spec)
     y = _spd_logdet(layout, a, factor, info)
     # The inverse through the differentiable solve, so derivatives of this
     # rule (second order) are right too.
@@ -346,7 +348,7 @@ def _lu_slogdet(layout, a, lu_, piv, info):
 @_lu_slogdet.defjvp
 def _lu_slogdet_jvp(layout, primals, tangents):
     a, lu_, piv, info = primals
-    da = tangents[0]
+    da = dist.constrain(tangents[0], layout.placement, layout.row_spec)
     sign, logabsdet = _lu_slogdet(layout, a, lu_, piv, info)
     eye, sharded = _eye(layout, a.dtype)
     inverse_t = _lu_solve_core(LUFactor(lu_, piv, a, info, layout), eye, 1, sharded)
@@ -473,7 +475,8 @@ def _eigh_jvp(config, primals, tangents):
     placement, n = config[0], a.shape[0]
     rows, cols = P(placement.axis, None), P(None, placement.axis)
     w, v, info = _eigh(config, a)
-    da = _hermitian_part(da, placement, n)
+    # A P("r", "c") input's tangent comes in 2-D blocks; the products want rows.
+    da = _hermitian_part(dist.constrain(da, placement, rows), placement, n)
     da_v = _mm(da, v, placement, cols, n)
     vdag_da_v = _mm(jnp.conj(v).T, da_v, placement, rows, n)
     eye = jnp.eye(n, dtype=w.dtype)

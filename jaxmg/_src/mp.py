@@ -2,11 +2,13 @@
 own block and the ranks talk over NCCL, so ranks may live in one process
 (a thread per GPU) or in one process per GPU, on one node or several.
 
-The matrix is handed over in JAX's own layout: a rank's row block of a
-matrix, read column-major, is a block of columns of its transpose, which is
-ScaLAPACK's layout on a 1 x P grid with one block of N/P columns per rank.
-So routines of symmetric matrices take A as it is (its transpose is conj(A)),
-and routines of general matrices take A^T, which XLA transposes beforehand.
+A matrix goes in 2-D block-cyclic (cyclic.py moves JAX's row blocks there
+with all-to-alls, and back): on an R x C placement the ranks' row-major
+blocks are, read column-major, the local matrices of its transpose on a
+C x R grid. So routines of symmetric matrices take A as it is (its
+transpose is conj(A)), and routines of general matrices take A^T.
+Right-hand sides follow the grid's rows (the mesh's columns); cuSOLVERMp
+keeps LU pivots with the grid's columns (the mesh's rows).
 """
 
 from __future__ import annotations
@@ -22,14 +24,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, distribution as dist, library
+from jaxmg._src import collective, cyclic, distribution as dist, library
 
 ROUTINES = ("mp_potrf", "mp_potrs", "mp_getrf", "mp_getrs", "mp_syevd", "mp_qr")
 # cuSOLVERMp < 0.9.0: syevd may fail for block sizes that are not powers of
-# two; < 0.9.1: wrong eigenvectors on some large problems (release notes).
-SYEVD_ANY_BLOCK_VERSION = 900
+# two (jaxmg's blocks always are); < 0.9.1: wrong eigenvectors on some large
+# problems (release notes).
 SYEVD_VECTORS_VERSION = 901
+# Block sizes: on one rank any block describes the same matrix; across ranks
+# smaller blocks balance the work, larger ones run faster kernels.
 ONE_RANK_BLOCK = 1024
+MANY_RANKS_BLOCK = 512
 
 
 @functools.cache
@@ -85,25 +90,14 @@ def check(placement: dist.Placement, routine: str, instead: str = "'jaxmg'") -> 
         )
 
 
-def block_size(n_pad: int, n_ranks: int, limit: int | None = None) -> int:
-    """cuSOLVERMp's block: a rank's N/P columns, or on one rank (where any
-    block describes the same matrix) the largest power of two up to `limit`."""
-    if n_ranks > 1:
-        return n_pad // n_ranks
-    return 1 << int(math.log2(max(1, min(n_pad, limit or ONE_RANK_BLOCK))))
+def block_size(n: int, placement: dist.Placement, limit: int | None = None) -> int:
+    """cuSOLVERMp's block (a power of two) for an order-n matrix on this placement."""
+    default = ONE_RANK_BLOCK if placement.n_devices == 1 else MANY_RANKS_BLOCK
+    return cyclic.choose_block(n, placement, limit or default)
 
 
-def check_syevd(n_pad: int, n_ranks: int, vectors: bool) -> None:
+def check_syevd(vectors: bool) -> None:
     v = version()
-    block = block_size(n_pad, n_ranks)
-    if v < SYEVD_ANY_BLOCK_VERSION and block & (block - 1):
-        good = n_ranks * (1 << int(math.log2(block)))
-        raise ValueError(
-            f"jaxmg: cuSOLVERMp {_dotted(v)} can fail in syevd for a block size that is not a "
-            f"power of two, and backend='mp' uses N/P = {block} here. Use N a multiple of "
-            f"{n_ranks} whose N/{n_ranks} is a power of two (e.g. {good}), backend='jaxmg', or "
-            "cuSOLVERMp >= 0.9.0"
-        )
     if vectors and v < SYEVD_VECTORS_VERSION:
         warnings.warn(
             f"jaxmg: cuSOLVERMp {_dotted(v)} is known to return wrong eigenvectors for some "
@@ -159,10 +153,12 @@ def call(routine: str, placement: dist.Placement, operands, results, *, block: i
     load()
     devices = collective._axis_devices(placement, "with backend='mp'")
     attrs = _group(tuple(d.id for d in devices))
+    r, c = cyclic.grid(placement)
     target = library.target_name("mp_" + routine, operands[0].dtype, "cuda")
     fn = jax.ffi.ffi_call(target, results, input_output_aliases=aliases,
                           vmap_method="sequential")
-    return fn(*operands, block=np.int64(block), **attrs)
+    return fn(*operands, block=np.int64(block), grid_rows=np.int64(c), grid_cols=np.int64(r),
+              **attrs)
 
 
 def _shard_map(body, placement, in_specs, out_specs):
@@ -174,103 +170,148 @@ def _info():
     return collective.info_shape()
 
 
+def _specs(placement):
+    """(the cyclic blocks' spec, the spec of vectors along the grid's rows)."""
+    spec = cyclic.cyclic_spec(placement)
+    return spec, P(spec[1])
+
+
+def _from_first(x, axes):
+    """x as the ranks at index 0 of `axes` hold it, on every rank."""
+    if not axes:
+        return x
+    first = jax.lax.axis_index(axes) == 0
+    return jax.lax.psum(jnp.where(first, x, jnp.zeros_like(x)), axes)
+
+
+def _from_first_column(x, placement):
+    """x as the grid's first column of ranks (mesh row 0) holds it."""
+    return _from_first(x, placement.axes[:1] if cyclic.grid(placement)[0] > 1 else ())
+
+
+def _from_first_row(x, placement):
+    """x as the grid's first row of ranks (mesh column 0) holds it."""
+    return _from_first(x, placement.axes[1:] if cyclic.grid(placement)[1] > 1 else ())
+
+
+def _worst(info, placement):
+    return jax.lax.pmax(info, placement.axes)
+
+
+def _order(n_pad, placement, block, mesh_dim):
+    """Where the ranks' pieces of a length-n vector sit, concatenated along
+    the mesh's rows (mesh_dim 0) or columns (1), and the way back."""
+    order = cyclic.row_order(n_pad, block, cyclic.grid(placement)[mesh_dim])
+    return order, np.argsort(order)
+
+
 # --------------------------------------------------------------------------
-# The routines on padded, row-sharded arrays (called under jit)
+# The routines on padded, row-sharded arrays (called under jit); matrices
+# come back in the cyclic layout, which only these functions read.
 # --------------------------------------------------------------------------
 
 
 def potrf(a_pad, placement, block):
-    """Cholesky factor of conj(A) (= A^T as the ranks read it), in place."""
-    spec = P(placement.axis, None)
+    """Cholesky factor of conj(A) (= A^T as the ranks read it), cyclic."""
+    spec, _ = _specs(placement)
 
     def body(blk):
         results = (jax.ShapeDtypeStruct(blk.shape, blk.dtype), _info())
-        return call("potrf", placement, (blk,), results, block=block, aliases={0: 0})
+        factor, info = call("potrf", placement, (blk,), results, block=block, aliases={0: 0})
+        return factor, _worst(info, placement)
 
-    factor, info = _shard_map(body, placement, (spec,), (spec, P()))(a_pad)
+    factor, info = _shard_map(body, placement, (spec,), (spec, P()))(
+        cyclic.to_cyclic(a_pad, placement, block))
     return factor, info[0]
+
+
+def _solve_columns(routine, operands, specs, b_pad, placement, block):
+    """X^T from the ranks' solves with B^T's columns in grid-row order."""
+    _, vec = _specs(placement)
+    order, back = _order(b_pad.shape[0], placement, block, 1)
+    bt = dist.constrain(b_pad.T[:, order], placement, P(None, vec[0]))
+
+    def body(*args):
+        results = (jax.ShapeDtypeStruct(args[-1].shape, args[-1].dtype),)
+        (xt,) = call(routine, placement, args, results, block=block)
+        return _from_first_column(xt, placement)
+
+    in_specs = tuple(specs) + (P(None, vec[0]),)
+    xt = _shard_map(body, placement, in_specs, P(None, vec[0]))(*operands, bt)
+    return dist.constrain(xt, placement, P())[:, back]
 
 
 def potrs(factor, b_pad, placement, block):
     """X with A X = B from potrf's factor of conj(A): conj(A) conj(X) = conj(B)."""
-    bt = jnp.conj(b_pad).T if jnp.iscomplexobj(b_pad) else b_pad.T
-
-    def body(blk, bt_):
-        results = (jax.ShapeDtypeStruct(bt_.shape, bt_.dtype),)
-        (xt,) = call("potrs", placement, (blk, bt_), results, block=block)
-        return xt
-
-    xt = _shard_map(body, placement, (P(placement.axis, None), P()), P())(
-        factor, dist.constrain(bt, placement, P()))
+    b = jnp.conj(b_pad) if jnp.iscomplexobj(b_pad) else b_pad
+    xt = _solve_columns("potrs", (factor,), _specs(placement)[:1], b, placement, block)
     return jnp.conj(xt).T if jnp.iscomplexobj(xt) else xt.T
 
 
 def getrf(a_pad, placement, block):
-    """LU of A: the ranks get A^T's row blocks, i.e. A's column blocks."""
-    spec = P(placement.axis, None)
-    at = dist.constrain(a_pad.T, placement, spec)
+    """LU of A (the ranks get A^T's blocks, i.e. A's): cyclic lu, global pivots."""
+    spec, _ = _specs(placement)
+    at = dist.constrain(a_pad.T, placement, P(placement.axis, None))
 
     def body(blk):
         results = (
             jax.ShapeDtypeStruct(blk.shape, blk.dtype),
-            jax.ShapeDtypeStruct((blk.shape[1],), jnp.int32),
+            jax.ShapeDtypeStruct((blk.shape[0],), jnp.int32),
             _info(),
         )
-        return call("getrf", placement, (blk,), results, block=block, aliases={0: 0})
+        lu, piv, info = call("getrf", placement, (blk,), results, block=block, aliases={0: 0})
+        return lu, _from_first_row(piv, placement), _worst(info, placement)
 
-    lu, piv, info = _shard_map(body, placement, (spec,), (spec, P(), P()))(at)
-    return lu, piv, info[0]
+    lu, piv, info = _shard_map(body, placement, (spec,), (spec, P(spec[0]), P()))(
+        cyclic.to_cyclic(at, placement, block))
+    _, back = _order(a_pad.shape[0], placement, block, 0)
+    return lu, dist.constrain(piv, placement, P())[back], info[0]
 
 
 def getrs(lu, piv, b_pad, placement, block):
-    def body(blk, piv_, bt_):
-        results = (jax.ShapeDtypeStruct(bt_.shape, bt_.dtype),)
-        (xt,) = call("getrs", placement, (blk, piv_, bt_), results, block=block)
-        return xt
-
-    spec = P(placement.axis, None)
-    xt = _shard_map(body, placement, (spec, P(), P()), P())(
-        lu, piv, dist.constrain(b_pad.T, placement, P()))
+    order, _ = _order(b_pad.shape[0], placement, block, 0)
+    spec, _ = _specs(placement)
+    piv = dist.constrain(piv[order], placement, P(spec[0]))
+    xt = _solve_columns("getrs", (lu, piv), (spec, P(spec[0])), b_pad, placement, block)
     return xt.T
 
 
 def syevd(a_pad, placement, block):
-    """(V^H row-sharded, w, info): the ranks hold conj(A), whose eigenvectors
+    """(V^H rows sharded, w, info): the ranks hold conj(A), whose eigenvectors
     conj(V) come back column-major, i.e. as V^H's rows."""
-    spec = P(placement.axis, None)
+    spec, _ = _specs(placement)
 
     def body(blk):
         real = jnp.finfo(blk.dtype).dtype
         results = (
             jax.ShapeDtypeStruct(blk.shape, blk.dtype),
             jax.ShapeDtypeStruct(blk.shape, blk.dtype),
-            jax.ShapeDtypeStruct((blk.shape[1],), real),
+            jax.ShapeDtypeStruct((blk.shape[1] * cyclic.grid(placement)[1],), real),
             _info(),
         )
         _, q, w, info = call("syevd", placement, (blk,), results, block=block, aliases={0: 0})
-        return q, w, info
+        return q, w, _worst(info, placement)
 
-    vh, w, info = _shard_map(body, placement, (spec,), (spec, P(), P()))(a_pad)
-    return vh, w, info[0]
+    q, w, info = _shard_map(body, placement, (spec,), (spec, P(), P()))(
+        cyclic.to_cyclic(a_pad, placement, block))
+    return cyclic.from_cyclic(q, placement, block), w, info[0]
 
 
-def pad_rectangular(a, n_ranks):
-    """[[A, 0], [0, I], [0, 0]]: N + p columns, a multiple of the ranks, and
-    rows to whole blocks on every rank. The identity block and the zero rows
-    leave QR and least squares of A unchanged in the leading block. Returns
-    the padded matrix and cuSOLVERMp's block size."""
+def pad_rectangular(a, placement, block):
+    """[[A, 0], [0, I], [0, 0]]: both sides whole blocks on every rank. The
+    identity block and the zero rows leave QR and least squares of A
+    unchanged in the leading block."""
     m, n = a.shape
-    p = -n % n_ranks
-    block = block_size(n + p, n_ranks)
-    whole = block * n_ranks
-    rows = -(-(m + p) // whole) * whole
+    n_pad = cyclic.padded(n, block, placement)
+    p = n_pad - n
+    rows = cyclic.padded(m + p, block, placement)
     if (rows, p) == (m, 0):
-        return a, block
+        return a
     a = jnp.pad(a, ((0, rows - m), (0, p)))
     # An elementwise select, not a scatter: it keeps a's sharding as it is.
     r, c = jnp.arange(rows)[:, None], jnp.arange(n + p)[None, :]
     eye = (r >= m) & (r < m + p) & (r - m == c - n)
-    return jnp.where(eye, jnp.asarray(1, a.dtype), a), block
+    return jnp.where(eye, jnp.asarray(1, a.dtype), a)
 
 
 def gels(a, b, placement):
@@ -283,24 +324,50 @@ def gels(a, b, placement):
     return x, info
 
 
-def qr(a, placement):
+def qr(a, placement, limit=None):
     """Reduced QR (Q: M x N, R: N x N) for M >= N; A rows sharded."""
     m, n = a.shape
-    a_pad, block = pad_rectangular(a, placement.n_devices)
-    np_ = a_pad.shape[1]
-    spec = P(placement.axis, None)
-    at = dist.constrain(a_pad.T, placement, spec)
+    block = block_size(n, placement, limit)
+    a_pad = pad_rectangular(a, placement, block)
+    rows_spec = P(placement.axis, None)
+    spec, _ = _specs(placement)
+    at = cyclic.to_cyclic(dist.constrain(a_pad.T, placement, rows_spec), placement, block)
+    n_pad = a_pad.shape[1]
+    n_grid_rows = cyclic.grid(placement)[1]
 
     def body(blk):
         results = (
             jax.ShapeDtypeStruct(blk.shape, blk.dtype),
-            jax.ShapeDtypeStruct((blk.shape[0], np_), blk.dtype),
+            jax.ShapeDtypeStruct((blk.shape[0], n_pad // n_grid_rows), blk.dtype),
             _info(),
         )
-        return call("qr", placement, (blk,), results, block=block, aliases={0: 0})
+        q, r, info = call("qr", placement, (blk,), results, block=block, aliases={0: 0})
+        return q, r, _worst(info, placement)
 
     qt, rt, info = _shard_map(body, placement, (spec,), (spec, spec, P()))(at)
-    q = dist.constrain(qt.T, placement, P(placement.axis, None))
+    q = dist.constrain(cyclic.from_cyclic(qt, placement, block).T, placement, rows_spec)
     q = dist.unpad(dist.unpad(q, placement, m, (0,)), placement, n, (1,))
-    r = jnp.triu(dist.unpad(dist.constrain(rt.T, placement, P()), placement, n, (0, 1)))
+    rt = dist.constrain(cyclic.from_cyclic(rt, placement, block), placement, P())
+    r = jnp.triu(rt.T[:n, :n])
     return q, r, info[0]
+
+
+def diagonal(x, placement, block):
+    """A cyclic matrix's diagonal, in an order of the ranks', with each entry's
+    global index (which the reductions of log-determinants need, not the order)."""
+    spec, _ = _specs(placement)
+    r, c = cyclic.grid(placement)
+    axis = placement.axes[0]
+
+    def body(blk):
+        local = jnp.arange(blk.shape[0])
+        g = ((local // block) * r + jax.lax.axis_index(axis)) * block + local % block
+        tile = g // block
+        col = (tile // c) * block + g % block
+        d = blk[local, jnp.minimum(col, blk.shape[1] - 1)]
+        if c == 1:
+            return d, g
+        mine = tile % c == jax.lax.axis_index(placement.axes[1:])
+        return jax.lax.psum(jnp.where(mine, d, jnp.zeros_like(d)), placement.axes[1:]), g
+
+    return _shard_map(body, placement, (spec,), (P(axis), P(axis)))(x)

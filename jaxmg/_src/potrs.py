@@ -79,7 +79,8 @@ def potrs(
     else:
         from jaxmg._src import linalg  # differentiable: factor, then solve against it
 
-        layout = factors.layout(placement, n, dist.choose_tile(n, placement.n_devices, tile), engine)
+        tile = (tile or 0) if engine == "mp" else dist.choose_tile(n, placement.n_devices, tile)
+        layout = factors.layout(placement, n, tile, engine)
         plan = functools.partial(
             linalg.solve_pos_result, layout=layout, b_sharded=factors.is_row_sharded(b, placement),
             with_info=bool(return_info),
@@ -96,7 +97,7 @@ def _potrs_impl(a, b, *, placement, tile, b_sharded, engine):
         b_spec = P(placement.axis, None) if b_sharded else P()
         return dist.constrain_result(x, placement, b_spec), info, None
     if engine == "mp":
-        layout = factors.layout(placement, n, 0, engine)
+        layout = factors.layout(placement, n, tile or 0, engine)
         factor, info = factors._cholesky_impl(a, layout=layout)
         x = factors._cho_solve_impl(factor, info, b, layout=layout, b_sharded=b_sharded)
         return x, info, factor

@@ -75,11 +75,11 @@ def _syevd_impl(a, *, placement, tile, vectors, engine):
         v = dist.constrain_result(v, placement, P(None, placement.axis)) if vectors else None
         return w, v, info
     if engine == "mp":
-        from jaxmg._src import mp
+        from jaxmg._src import cyclic, mp
 
-        n_dev = placement.n_devices
-        n_pad = -(-n // n_dev) * n_dev
-        mp.check_syevd(n_pad, n_dev, vectors)
+        t = mp.block_size(n, placement, tile)
+        n_pad = cyclic.padded(n, t, placement)
+        mp.check_syevd(vectors)
     else:
         t = dist.choose_tile(n, placement.n_devices, tile)
         n_pad = dist.padded_size(n, placement.n_devices, t)
@@ -89,7 +89,7 @@ def _syevd_impl(a, *, placement, tile, vectors, engine):
     pad_value = jnp.max(jnp.sum(jnp.abs(a), axis=1)) + 1 if n_pad > n else 1
     a = dist.constrain(dist.pad_matrix(a, n_pad, pad_value), placement, a_spec)
     if engine == "mp":
-        vh, w, info = mp.syevd(a, placement, mp.block_size(n_pad, n_dev, tile))
+        vh, w, info = mp.syevd(a, placement, t)
         info = info[None]
     else:
         vh, w, info = jax.shard_map(

@@ -1,7 +1,9 @@
 """The cuSOLVERMp engine (backend="mp") on real GPUs, one process: every
 routine it serves and every dtype on a one-GPU mesh and, where the machine
-has two GPUs, on a two-rank mesh (a thread per GPU, NCCL between them).
-Orders that the ranks do not divide exercise the padding."""
+has two GPUs, on two ranks (a thread per GPU, NCCL between them) as a 1-D
+mesh and as the 2-D meshes 1 x 2 and 2 x 1, whose matrices come in as
+P("r", "c") blocks. Orders that no block size divides exercise the padding,
+and the default blocks give every rank several (the cyclic layout)."""
 
 from __future__ import annotations
 
@@ -15,11 +17,18 @@ import jaxmg
 from jaxmg._src import mp
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
-RANKS = [1, 2] if len(jax.devices()) >= 2 else [1]
+RANKS = ["1", "2", "1x2", "2x1"] if len(jax.devices()) >= 2 else ["1"]
 
 
-def _mesh(ranks):
-    return jax.make_mesh((ranks,), ("x",), devices=jax.devices()[:ranks])
+def _mesh(kind):
+    if "x" in kind:
+        r, c = map(int, kind.split("x"))
+        return jax.make_mesh((r, c), ("r", "c"), devices=jax.devices()[: r * c])
+    return jax.make_mesh((int(kind),), ("x",), devices=jax.devices()[: int(kind)])
+
+
+def _spec(mesh):
+    return P("r", "c") if len(mesh.axis_names) == 2 else P("x", None)
 
 
 def _tol(dtype, n):
@@ -41,9 +50,10 @@ def _spd(rng, n, dtype):
 def _rows(x, mesh):
     """x with its rows sharded (padding rows are added by jaxmg, not here:
     an order the ranks do not divide is passed with mesh and spec)."""
-    if x.shape[0] % mesh.size == 0:
-        return jax.device_put(x, NamedSharding(mesh, P("x", None))), {}
-    return jax.device_put(x, NamedSharding(mesh, P())), {"mesh": mesh, "spec": P("x", None)}
+    spec = _spec(mesh)
+    if all(x.shape[d] % mesh.shape[ax] == 0 for d, ax in enumerate(spec) if ax is not None):
+        return jax.device_put(x, NamedSharding(mesh, spec)), {}
+    return jax.device_put(x, NamedSharding(mesh, P())), {"mesh": mesh, "spec": spec}
 
 
 def _err(got, want):
@@ -94,8 +104,9 @@ def test_solve_general_and_slogdet(ranks, dtype):
 
 @pytest.mark.parametrize("ranks", RANKS)
 @pytest.mark.parametrize("dtype", DTYPES)
-def test_eigh(ranks, dtype):
-    mesh, rng, n = _mesh(ranks), np.random.default_rng(3), 512  # N/P a power of two
+@pytest.mark.parametrize("n", [512, 300])
+def test_eigh(ranks, dtype, n):
+    mesh, rng = _mesh(ranks), np.random.default_rng(3)
     a = _spd(rng, n, dtype) - 2 * np.eye(n, dtype=dtype)
     A, kw = _rows(a, mesh)
     w, v = jaxmg.eigh(A, backend="mp", **kw)
@@ -109,23 +120,12 @@ def test_eigh(ranks, dtype):
     assert np.abs(np.asarray(jaxmg.eigvalsh(A, backend="mp", **kw)) - ref).max() / scale < _tol(dtype, n)
 
 
-def test_syevd_refuses_blocks_old_versions_fail_on():
-    if len(jax.devices()) < 2:
-        pytest.skip("needs two GPUs: one rank takes any order")
-    if mp.version() >= mp.SYEVD_ANY_BLOCK_VERSION:
-        pytest.skip("this cuSOLVERMp takes any block size")
-    mesh = _mesh(2)
-    a = jax.device_put(np.eye(300), NamedSharding(mesh, P("x", None)))
-    with pytest.raises(ValueError, match="power of two"):
-        jaxmg.eigh(a, backend="mp")
-
-
 @pytest.mark.parametrize("ranks", RANKS)
 def test_not_positive_definite_gives_nan_and_info(ranks):
     mesh, n = _mesh(ranks), 256
     bad = np.eye(n)
     bad[7, 7] = -1.0
-    A = jax.device_put(bad, NamedSharding(mesh, P("x", None)))
+    A = jax.device_put(bad, NamedSharding(mesh, _spec(mesh)))
     x, info = jaxmg.potrs(A, np.ones(n), backend="mp", return_info=True)
     assert int(info) == 8
     assert np.isnan(np.asarray(x)).all()
@@ -134,7 +134,7 @@ def test_not_positive_definite_gives_nan_and_info(ranks):
 def test_derivatives_through_the_mp_engine():
     mesh, rng, n = _mesh(RANKS[-1]), np.random.default_rng(6), 128
     a, b = _spd(rng, n, np.float64), rng.standard_normal(n)
-    A = jax.device_put(a, NamedSharding(mesh, P("x", None)))
+    A = jax.device_put(a, NamedSharding(mesh, _spec(mesh)))
 
     def loss(a, backend):
         return jnp.sum(jaxmg.potrs(a, b, backend=backend) ** 2)
@@ -149,7 +149,7 @@ def test_repeated_calls_keep_memory_flat():
     """Two windows of 200 calls: a per-call leak grows in both (XLA's pools
     may settle once, by a few KiB, in the first)."""
     mesh, n = _mesh(RANKS[-1]), 1024
-    A = jax.device_put(2 * np.eye(n), NamedSharding(mesh, P("x", None)))
+    A = jax.device_put(2 * np.eye(n), NamedSharding(mesh, _spec(mesh)))
     b = jax.device_put(np.ones((n, 1)), NamedSharding(mesh, P()))
     step = jax.jit(lambda a, b: jaxmg.potrs(a, b, backend="mp"))
     used = []
@@ -169,8 +169,8 @@ def test_repeated_calls_keep_memory_flat():
 def test_qr(ranks, dtype):
     mesh, rng, (m, n) = _mesh(ranks), np.random.default_rng(5), (400, 301)
     a = _random(rng, (m, n), dtype)
-    A = jax.device_put(a, NamedSharding(mesh, P("x", None)))
-    q, r = jaxmg.qr(A, backend="mp")
+    A, kw = _rows(a, mesh)
+    q, r = jaxmg.qr(A, backend="mp", **kw)
     q, r = np.asarray(q), np.asarray(r)
     assert q.shape == (m, n) and r.shape == (n, n)
     assert np.abs(np.tril(r, -1)).max() == 0
@@ -183,9 +183,9 @@ def test_qr(ranks, dtype):
 def test_lstsq(ranks, dtype):
     mesh, rng, (m, n) = _mesh(ranks), np.random.default_rng(4), (400, 301)
     a, b = _random(rng, (m, n), dtype), _random(rng, (m, 2), dtype)
-    A = jax.device_put(a, NamedSharding(mesh, P("x", None)))
-    x, info = jaxmg.lstsq(A, b, backend="mp", return_info=True)
+    A, kw = _rows(a, mesh)
+    x, info = jaxmg.lstsq(A, b, backend="mp", return_info=True, **kw)
     assert int(info) == 0
     want = np.linalg.lstsq(a.astype(np.complex128), b, rcond=None)[0]
     assert _err(x, want) < 10 * _tol(dtype, n)
-    assert _err(jaxmg.lstsq(A, b[:, 0]), want[:, 0]) < 10 * _tol(dtype, n)  # auto
+    assert _err(jaxmg.lstsq(A, b[:, 0], **kw), want[:, 0]) < 10 * _tol(dtype, n)  # auto

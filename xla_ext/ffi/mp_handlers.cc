@@ -1,8 +1,9 @@
 // XLA FFI handlers for the cuSOLVERMp engine (platform "CUDA"): each rank's
 // handler runs the routine on its own block; NCCL carries the rest, so no
 // rendezvous is needed and ranks may live in any process. Every block is
-// read column-major: a rank's (N/P, M) row block is the M x N/P column block
-// of the transpose, which the Python side arranges.
+// read column-major: a rank's (N / grid_cols, M / grid_rows) row-major block
+// is its local matrix of the M x N matrix, block-cyclic on the grid, which
+// the Python side arranges (every rank holds the same number of whole blocks).
 #include <cstring>
 #include <optional>
 #include <string>
@@ -60,26 +61,34 @@ Status CopyIn(cudaStream_t stream, const void* in, void* out, size_t bytes) {
   return Status::Ok();
 }
 
-// A rank's block is (N/P, M): one block of N/P columns of the M x N matrix,
-// so the block size is N/P, except on one rank, where any block size
-// describes the same local matrix.
-Status Blocks(ffi::Span<const int64_t> dims, const mp::Rank& r, int64_t block) {
-  if (dims.size() != 2 || block < 1 || (r.n_ranks > 1 && dims[0] != block)) {
-    return Errorf("jaxmg: a cuSOLVERMp rank's block must be (N/P, M) with N/P = block = ", block);
+// The global M x N of a rank's (local columns, local rows) block, every
+// rank's local matrix holding whole blocks.
+Status Shape(ffi::Span<const int64_t> dims, const mp::Grid& g, int64_t block, int64_t* m,
+             int64_t* n) {
+  if (dims.size() != 2 || block < 1 || dims[0] % block || dims[1] % block) {
+    return Errorf("jaxmg: a cuSOLVERMp rank's block must be whole ", block, " x ", block,
+                  " blocks");
   }
+  *m = dims[1] * g.rows;
+  *n = dims[0] * g.cols;
   return Status::Ok();
 }
 
 // The communicator's attributes, last in every handler (MpAttrs binds them).
 #define JAXMG_MP_ATTRS                                                                \
   std::string_view group_id, int64_t n_ranks, ffi::Span<const int64_t> local_ranks,  \
-      ffi::Span<const int64_t> local_devices, int64_t block
+      ffi::Span<const int64_t> local_devices, int64_t block, int64_t grid_rows,      \
+      int64_t grid_cols
 
 #define JAXMG_MP_PROLOGUE(a)                                                         \
   const Group group{group_id, n_ranks, local_ranks, local_devices};                  \
   mp::Rank* rank = nullptr;                                                          \
+  mp::Grid grid;                                                                     \
+  int64_t m = 0, n = 0;                                                              \
   JAXMG_FFI_RETURN(RankOf(group, ordinal, stream, &rank));                           \
-  JAXMG_FFI_RETURN(Blocks((a).dimensions(), *rank, block));                          \
+  JAXMG_FFI_RETURN(mp::GridOf(*rank, static_cast<int32_t>(grid_rows),                \
+                              static_cast<int32_t>(grid_cols), &grid));              \
+  JAXMG_FFI_RETURN(Shape((a).dimensions(), grid, block, &m, &n));                    \
   const mp::Allocator alloc = ScratchOf(scratch)
 
 #define JAXMG_FFI_RETURN(expr)                   \
@@ -94,9 +103,9 @@ ffi::Error MpPotrf(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator s
                    ffi::Result<ffi::Buffer<ffi::S32>> info, JAXMG_MP_ATTRS) {
   using T = ffi::NativeType<DT>;
   JAXMG_MP_PROLOGUE(a);
+  if (m != n) return ffi::Error::InvalidArgument("jaxmg: potrf needs a square matrix");
   JAXMG_FFI_RETURN(CopyIn(stream, a.untyped_data(), factor->untyped_data(), a.size_bytes()));
-  const int64_t n = a.dimensions()[1];
-  return ToFfi(mp::Potrf<T>(*rank, stream, n, block, factor->typed_data(), info->typed_data(),
+  return ToFfi(mp::Potrf<T>(*rank, grid, stream, n, block, factor->typed_data(), info->typed_data(),
                             alloc));
 }
 
@@ -106,12 +115,12 @@ ffi::Error MpPotrs(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator s
                    JAXMG_MP_ATTRS) {
   using T = ffi::NativeType<DT>;
   JAXMG_MP_PROLOGUE(factor);
-  const int64_t n = factor.dimensions()[1];
-  if (bt.dimensions().size() != 2 || bt.dimensions()[1] != n) {
-    return ffi::Error::InvalidArgument("jaxmg: right-hand sides must be (k, N), transposed");
+  if (m != n || bt.dimensions().size() != 2 || bt.dimensions()[1] != factor.dimensions()[1]) {
+    return ffi::Error::InvalidArgument(
+        "jaxmg: right-hand sides must be (k, local rows), transposed, for a square factor");
   }
   JAXMG_FFI_RETURN(CopyIn(stream, bt.untyped_data(), xt->untyped_data(), bt.size_bytes()));
-  return ToFfi(mp::Potrs<T>(*rank, stream, n, block, factor.typed_data(), xt->typed_data(),
+  return ToFfi(mp::Potrs<T>(*rank, grid, stream, n, block, factor.typed_data(), xt->typed_data(),
                             bt.dimensions()[0], alloc));
 }
 
@@ -122,12 +131,12 @@ ffi::Error MpGetrf(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator s
                    JAXMG_MP_ATTRS) {
   using T = ffi::NativeType<DT>;
   JAXMG_MP_PROLOGUE(a);
-  const int64_t n = a.dimensions()[1];
-  if (static_cast<int64_t>(piv->element_count()) != n) {
-    return ffi::Error::InvalidArgument("jaxmg: piv must hold N pivots");
+  if (m != n || static_cast<int64_t>(piv->element_count()) != a.dimensions()[0]) {
+    return ffi::Error::InvalidArgument(
+        "jaxmg: getrf needs a square matrix and piv of its local columns");
   }
   JAXMG_FFI_RETURN(CopyIn(stream, a.untyped_data(), lu->untyped_data(), a.size_bytes()));
-  return ToFfi(mp::Getrf<T>(*rank, stream, n, block, lu->typed_data(), piv->typed_data(),
+  return ToFfi(mp::Getrf<T>(*rank, grid, stream, n, block, lu->typed_data(), piv->typed_data(),
                             info->typed_data(), alloc));
 }
 
@@ -137,13 +146,13 @@ ffi::Error MpGetrs(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator s
                    ffi::Result<ffi::Buffer<DT>> xt, JAXMG_MP_ATTRS) {
   using T = ffi::NativeType<DT>;
   JAXMG_MP_PROLOGUE(lu);
-  const int64_t n = lu.dimensions()[1];
-  if (static_cast<int64_t>(piv.element_count()) != n || bt.dimensions().size() != 2 ||
-      bt.dimensions()[1] != n) {
-    return ffi::Error::InvalidArgument("jaxmg: piv must hold N pivots and b be (k, N)");
+  if (m != n || static_cast<int64_t>(piv.element_count()) != lu.dimensions()[0] ||
+      bt.dimensions().size() != 2 || bt.dimensions()[1] != lu.dimensions()[1]) {
+    return ffi::Error::InvalidArgument(
+        "jaxmg: piv must hold the local columns' pivots and b be (k, local rows)");
   }
   JAXMG_FFI_RETURN(CopyIn(stream, bt.untyped_data(), xt->untyped_data(), bt.size_bytes()));
-  return ToFfi(mp::Getrs<T>(*rank, stream, n, block, lu.typed_data(), piv.typed_data(),
+  return ToFfi(mp::Getrs<T>(*rank, grid, stream, n, block, lu.typed_data(), piv.typed_data(),
                             xt->typed_data(), bt.dimensions()[0], alloc));
 }
 
@@ -154,9 +163,11 @@ ffi::Error MpSyevd(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator s
                    ffi::Result<ffi::Buffer<ffi::S32>> info, JAXMG_MP_ATTRS) {
   using T = ffi::NativeType<DT>;
   JAXMG_MP_PROLOGUE(a);
-  const int64_t n = a.dimensions()[1];
+  if (m != n || static_cast<int64_t>(w->element_count()) != n) {
+    return ffi::Error::InvalidArgument("jaxmg: syevd needs a square matrix and N eigenvalues");
+  }
   JAXMG_FFI_RETURN(CopyIn(stream, a.untyped_data(), a_out->untyped_data(), a.size_bytes()));
-  return ToFfi(mp::Syevd<T>(*rank, stream, n, block, a_out->typed_data(), q->typed_data(),
+  return ToFfi(mp::Syevd<T>(*rank, grid, stream, n, block, a_out->typed_data(), q->typed_data(),
                             w->typed_data(), info->typed_data(), alloc));
 }
 
@@ -166,13 +177,13 @@ ffi::Error MpQr(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scra
                 ffi::Result<ffi::Buffer<ffi::S32>> info, JAXMG_MP_ATTRS) {
   using T = ffi::NativeType<DT>;
   JAXMG_MP_PROLOGUE(a);
-  const int64_t m = a.dimensions()[1];
-  const int64_t n = a.dimensions()[0] * n_ranks;
-  if (m < n || r->dimensions().size() != 2 || r->dimensions()[1] != n) {
-    return ffi::Error::InvalidArgument("jaxmg: qr needs M >= N and r as (N/P, N)");
+  if (m < n || r->dimensions().size() != 2 || r->dimensions()[0] != a.dimensions()[0] ||
+      r->dimensions()[1] * grid.rows != n) {
+    return ffi::Error::InvalidArgument(
+        "jaxmg: qr needs M >= N and r as the rank's block of an N x N matrix");
   }
   JAXMG_FFI_RETURN(CopyIn(stream, a.untyped_data(), q->untyped_data(), a.size_bytes()));
-  return ToFfi(mp::Qr<T>(*rank, stream, m, n, block, q->typed_data(), r->typed_data(),
+  return ToFfi(mp::Qr<T>(*rank, grid, stream, m, n, block, q->typed_data(), r->typed_data(),
                          info->typed_data(), alloc));
 }
 
@@ -190,7 +201,9 @@ auto MpAttrs(Binding binding) {
       .template Attr<int64_t>("n_ranks")
       .template Attr<ffi::Span<const int64_t>>("local_ranks")
       .template Attr<ffi::Span<const int64_t>>("local_devices")
-      .template Attr<int64_t>("block");
+      .template Attr<int64_t>("block")
+      .template Attr<int64_t>("grid_rows")
+      .template Attr<int64_t>("grid_cols");
 }
 
 template <ffi::DataType DT>

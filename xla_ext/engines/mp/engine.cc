@@ -80,6 +80,14 @@ Status InitGroup(const GroupSpec& spec, Group* group) {
   return Status::Ok();
 }
 
+int64_t LocalRows(const Grid& g, int64_t m, int64_t mb) {
+  return std::max<int64_t>(layout::NumRoc(m, mb, g.row, 0, g.rows), 1);
+}
+
+int64_t LocalCols(const Grid& g, int64_t n, int64_t nb) {
+  return layout::NumRoc(n, nb, g.col, 0, g.cols);
+}
+
 class Desc {
  public:
   Desc() = default;
@@ -87,10 +95,10 @@ class Desc {
   ~Desc() {
     if (d_) mp().cusolverMpDestroyMatrixDesc(d_);
   }
-  // m x n on the rank's 1 x P grid in mb x nb blocks; all m rows are local.
-  Status Init(const Rank& r, cudaDataType type, int64_t m, int64_t n, int64_t mb, int64_t nb) {
-    JAXMG_CUSOLVER(mp().cusolverMpCreateMatrixDesc(&d_, r.grid, type, m, n, mb, nb, 0, 0,
-                                                   std::max<int64_t>(m, 1)));
+  // m x n on the grid in mb x nb blocks, leading dimension the rank's local rows.
+  Status Init(const Grid& g, cudaDataType type, int64_t m, int64_t n, int64_t mb, int64_t nb) {
+    JAXMG_CUSOLVER(mp().cusolverMpCreateMatrixDesc(&d_, g.handle, type, m, n, mb, nb, 0, 0,
+                                                   LocalRows(g, m, mb)));
     return Status::Ok();
   }
   cusolverMpMatrixDescriptor_t get() const { return d_; }
@@ -119,13 +127,6 @@ Status Take(Rank& r, size_t device_bytes, size_t host_bytes, const Allocator& al
 
 Status Ints(int64_t count, size_t each, const Allocator& alloc, void** out) {
   return alloc(std::max<size_t>(count * each, 256), out);
-}
-
-// Rank 0's `bytes` at `data` to every rank.
-Status Broadcast(Rank& r, cudaStream_t stream, void* data, size_t bytes) {
-  if (r.n_ranks == 1) return Status::Ok();
-  JAXMG_NCCL(mp().ncclBroadcast(data, data, bytes, ncclUint8, 0, r.comm, stream));
-  return Status::Ok();
 }
 
 // Sets the handle to this call's stream; the rank's device is current.
@@ -165,17 +166,34 @@ Status GetRank(const GroupSpec& spec, int32_t device, cudaStream_t stream, Rank*
   }
   std::call_once(rank->ready, [&] {
     rank->ready_status = [&]() -> Status {
-      JAXMG_RETURN_IF_ERROR(HandleOf(device, stream, &rank->handle));
-      cuda::DeviceGuard guard;
-      JAXMG_CUDA(rt().cudaSetDevice(device));
-      JAXMG_CUSOLVER(mp().cusolverMpCreateDeviceGrid(rank->handle, &rank->grid, rank->comm, 1,
-                                                     rank->n_ranks,
-                                                     CUSOLVERMP_GRID_MAPPING_COL_MAJOR));
-      return Status::Ok();
+      return HandleOf(device, stream, &rank->handle);
     }();
   });
   JAXMG_RETURN_IF_ERROR(rank->ready_status);
   *out = rank;
+  return Status::Ok();
+}
+
+Status GridOf(Rank& r, int32_t rows, int32_t cols, Grid* out) {
+  if (rows < 1 || cols < 1 || rows * cols != r.n_ranks) {
+    return Errorf("jaxmg: a ", rows, " x ", cols, " grid does not hold the communicator's ",
+                  r.n_ranks, " ranks");
+  }
+  std::lock_guard<std::mutex> lock(r.grids_mu);
+  auto it = r.grids.find({rows, cols});
+  if (it == r.grids.end()) {
+    cusolverMpGrid_t grid = nullptr;
+    cuda::DeviceGuard guard;
+    JAXMG_CUDA(rt().cudaSetDevice(r.device));
+    JAXMG_CUSOLVER(mp().cusolverMpCreateDeviceGrid(r.handle, &grid, r.comm, rows, cols,
+                                                   CUSOLVERMP_GRID_MAPPING_COL_MAJOR));
+    it = r.grids.emplace(std::make_pair(rows, cols), grid).first;
+  }
+  out->rows = rows;
+  out->cols = cols;
+  out->row = r.rank % rows;
+  out->col = r.rank / rows;
+  out->handle = it->second;
   return Status::Ok();
 }
 
@@ -187,14 +205,14 @@ Status Version(int32_t device, cudaStream_t stream, int* version) {
 }
 
 template <typename T>
-Status Potrf(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* a, int32_t* info,
-             const Allocator& alloc) {
+Status Potrf(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t block, T* a,
+             int32_t* info, const Allocator& alloc) {
   cuda::DeviceGuard guard;
   JAXMG_RETURN_IF_ERROR(Begin(r, stream));
   JAXMG_RETURN_IF_ERROR(ClearInfo(info, stream));
   const cudaDataType type = TypeOf<T>();
   Desc da;
-  JAXMG_RETURN_IF_ERROR(da.Init(r, type, n, n, block, block));
+  JAXMG_RETURN_IF_ERROR(da.Init(g, type, n, n, block, block));
   size_t dw = 0, hw = 0;
   JAXMG_CUSOLVER(mp().cusolverMpPotrf_bufferSize(r.handle, CUBLAS_FILL_MODE_LOWER, n, a, 1, 1,
                                                  da.get(), type, &dw, &hw));
@@ -215,27 +233,27 @@ Status Potrf(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* a, int32
 
 // cuSOLVERMp's potrs and getrs take one right-hand side at a time.
 template <typename T, typename Solve>
-Status EachColumn(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* xt, int64_t k,
-                  Solve&& solve) {
+Status EachColumn(const Grid& g, int64_t n, int64_t block, T* xt, int64_t k, Solve&& solve) {
   Desc db;
-  JAXMG_RETURN_IF_ERROR(db.Init(r, TypeOf<T>(), n, 1, block, block));
-  for (int64_t j = 0; j < k; ++j) JAXMG_RETURN_IF_ERROR(solve(xt + j * n, db.get()));
-  return Broadcast(r, stream, xt, n * k * sizeof(T));
+  JAXMG_RETURN_IF_ERROR(db.Init(g, TypeOf<T>(), n, 1, block, block));
+  const int64_t ld = LocalRows(g, n, block);
+  for (int64_t j = 0; j < k; ++j) JAXMG_RETURN_IF_ERROR(solve(xt + j * ld, db.get()));
+  return Status::Ok();
 }
 
 template <typename T>
-Status Potrs(Rank& r, cudaStream_t stream, int64_t n, int64_t block, const T* factor, T* xt,
-             int64_t k, const Allocator& alloc) {
+Status Potrs(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t block,
+             const T* factor, T* xt, int64_t k, const Allocator& alloc) {
   cuda::DeviceGuard guard;
   JAXMG_RETURN_IF_ERROR(Begin(r, stream));
   const cudaDataType type = TypeOf<T>();
   Desc da;
-  JAXMG_RETURN_IF_ERROR(da.Init(r, type, n, n, block, block));
+  JAXMG_RETURN_IF_ERROR(da.Init(g, type, n, n, block, block));
   void* info = nullptr;
   JAXMG_RETURN_IF_ERROR(Ints(1, sizeof(int), alloc, &info));
   Work w;
   bool sized = false;
-  return EachColumn(r, stream, n, block, xt, k, [&](T* b, cusolverMpMatrixDescriptor_t db) {
+  return EachColumn(g, n, block, xt, k, [&](T* b, cusolverMpMatrixDescriptor_t db) {
     if (!sized) {
       size_t dw = 0, hw = 0;
       JAXMG_CUSOLVER(mp().cusolverMpPotrs_bufferSize(r.handle, CUBLAS_FILL_MODE_LOWER, n, 1,
@@ -252,16 +270,19 @@ Status Potrs(Rank& r, cudaStream_t stream, int64_t n, int64_t block, const T* fa
 }
 
 template <typename T>
-Status Getrf(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* a, int32_t* piv,
-             int32_t* info, const Allocator& alloc) {
+Status Getrf(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t block, T* a,
+             int32_t* piv, int32_t* info, const Allocator& alloc) {
   cuda::DeviceGuard guard;
   JAXMG_RETURN_IF_ERROR(Begin(r, stream));
   JAXMG_RETURN_IF_ERROR(ClearInfo(info, stream));
   const cudaDataType type = TypeOf<T>();
   Desc da;
-  JAXMG_RETURN_IF_ERROR(da.Init(r, type, n, n, block, block));
+  JAXMG_RETURN_IF_ERROR(da.Init(g, type, n, n, block, block));
+  // cuSOLVERMp keeps a pivot per local column (of the panels this rank's
+  // grid column factors), not per local row as ScaLAPACK does.
+  const int64_t cols = LocalCols(g, n, block);
   void* ipiv = nullptr;
-  JAXMG_RETURN_IF_ERROR(Ints(n + block, sizeof(int64_t), alloc, &ipiv));
+  JAXMG_RETURN_IF_ERROR(Ints(cols + block, sizeof(int64_t), alloc, &ipiv));
   size_t dw = 0, hw = 0;
   JAXMG_CUSOLVER(mp().cusolverMpGetrf_bufferSize(r.handle, n, n, a, 1, 1, da.get(),
                                                  static_cast<int64_t*>(ipiv), type, &dw, &hw));
@@ -271,30 +292,35 @@ Status Getrf(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* a, int32
                                       static_cast<int64_t*>(ipiv), type, w.device,
                                       w.device_bytes, w.host, w.host_bytes, info));
   // The low words of the int64 pivots (little-endian), as int32.
-  JAXMG_CUDA(rt().cudaMemcpy2DAsync(piv, sizeof(int32_t), ipiv, sizeof(int64_t), sizeof(int32_t),
-                                    n, cudaMemcpyDeviceToDevice, stream));
+  if (cols > 0) {
+    JAXMG_CUDA(rt().cudaMemcpy2DAsync(piv, sizeof(int32_t), ipiv, sizeof(int64_t),
+                                      sizeof(int32_t), cols, cudaMemcpyDeviceToDevice, stream));
+  }
   return Status::Ok();
 }
 
 template <typename T>
-Status Getrs(Rank& r, cudaStream_t stream, int64_t n, int64_t block, const T* lu,
+Status Getrs(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t block, const T* lu,
              const int32_t* piv, T* xt, int64_t k, const Allocator& alloc) {
   cuda::DeviceGuard guard;
   JAXMG_RETURN_IF_ERROR(Begin(r, stream));
   const cudaDataType type = TypeOf<T>();
   Desc da;
-  JAXMG_RETURN_IF_ERROR(da.Init(r, type, n, n, block, block));
+  JAXMG_RETURN_IF_ERROR(da.Init(g, type, n, n, block, block));
+  const int64_t cols = LocalCols(g, n, block);
   void* ipiv = nullptr;
   void* info = nullptr;
-  JAXMG_RETURN_IF_ERROR(Ints(n + block, sizeof(int64_t), alloc, &ipiv));
+  JAXMG_RETURN_IF_ERROR(Ints(cols + block, sizeof(int64_t), alloc, &ipiv));
   JAXMG_RETURN_IF_ERROR(Ints(1, sizeof(int), alloc, &info));
-  JAXMG_CUDA(rt().cudaMemsetAsync(ipiv, 0, (n + block) * sizeof(int64_t), stream));
-  JAXMG_CUDA(rt().cudaMemcpy2DAsync(ipiv, sizeof(int64_t), piv, sizeof(int32_t), sizeof(int32_t),
-                                    n, cudaMemcpyDeviceToDevice, stream));
+  JAXMG_CUDA(rt().cudaMemsetAsync(ipiv, 0, (cols + block) * sizeof(int64_t), stream));
+  if (cols > 0) {
+    JAXMG_CUDA(rt().cudaMemcpy2DAsync(ipiv, sizeof(int64_t), piv, sizeof(int32_t),
+                                      sizeof(int32_t), cols, cudaMemcpyDeviceToDevice, stream));
+  }
   const auto* pivots = static_cast<const int64_t*>(ipiv);
   Work w;
   bool sized = false;
-  return EachColumn(r, stream, n, block, xt, k, [&](T* b, cusolverMpMatrixDescriptor_t db) {
+  return EachColumn(g, n, block, xt, k, [&](T* b, cusolverMpMatrixDescriptor_t db) {
     if (!sized) {
       size_t dw = 0, hw = 0;
       JAXMG_CUSOLVER(mp().cusolverMpGetrs_bufferSize(r.handle, CUBLAS_OP_N, n, 1, lu, 1, 1,
@@ -311,15 +337,15 @@ Status Getrs(Rank& r, cudaStream_t stream, int64_t n, int64_t block, const T* lu
 }
 
 template <typename T>
-Status Syevd(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* a, T* q, Real<T>* w,
-             int32_t* info, const Allocator& alloc) {
+Status Syevd(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t block, T* a, T* q,
+             Real<T>* w, int32_t* info, const Allocator& alloc) {
   cuda::DeviceGuard guard;
   JAXMG_RETURN_IF_ERROR(Begin(r, stream));
   JAXMG_RETURN_IF_ERROR(ClearInfo(info, stream));
   const cudaDataType type = TypeOf<T>();
   Desc da, dq;
-  JAXMG_RETURN_IF_ERROR(da.Init(r, type, n, n, block, block));
-  JAXMG_RETURN_IF_ERROR(dq.Init(r, type, n, n, block, block));
+  JAXMG_RETURN_IF_ERROR(da.Init(g, type, n, n, block, block));
+  JAXMG_RETURN_IF_ERROR(dq.Init(g, type, n, n, block, block));
   size_t dw = 0, hw = 0;
   // cuSOLVERMp 0.8 computes vectors always ("N" is refused at run time).
   JAXMG_CUSOLVER(mp().cusolverMpSyevd_bufferSize(r.handle, kVectors, CUBLAS_FILL_MODE_LOWER, n,
@@ -334,15 +360,15 @@ Status Syevd(Rank& r, cudaStream_t stream, int64_t n, int64_t block, T* a, T* q,
 }
 
 template <typename T>
-Status Qr(Rank& r, cudaStream_t stream, int64_t m, int64_t n, int64_t block, T* a, T* r_out,
-          int32_t* info, const Allocator& alloc) {
+Status Qr(Rank& r, const Grid& g, cudaStream_t stream, int64_t m, int64_t n, int64_t block, T* a,
+          T* r_out, int32_t* info, const Allocator& alloc) {
   cuda::DeviceGuard guard;
   JAXMG_RETURN_IF_ERROR(Begin(r, stream));
   JAXMG_RETURN_IF_ERROR(ClearInfo(info, stream));
   const cudaDataType type = TypeOf<T>();
   Desc da;
-  JAXMG_RETURN_IF_ERROR(da.Init(r, type, m, n, block, block));
-  const int64_t local_cols = layout::NumRoc(n, block, r.rank, 0, r.n_ranks);
+  JAXMG_RETURN_IF_ERROR(da.Init(g, type, m, n, block, block));
+  const int64_t local_cols = LocalCols(g, n, block);
   void* tau = nullptr;
   void* info2 = nullptr;
   JAXMG_RETURN_IF_ERROR(Ints(std::max<int64_t>(local_cols, 1), sizeof(T), alloc, &tau));
@@ -356,8 +382,11 @@ Status Qr(Rank& r, cudaStream_t stream, int64_t m, int64_t n, int64_t block, T* 
   JAXMG_RETURN_IF_ERROR(Take(r, std::max(dw, dw2), std::max(hw, hw2), alloc, &w));
   JAXMG_CUSOLVER(mp().cusolverMpGeqrf(r.handle, m, n, a, 1, 1, da.get(), tau, type, w.device,
                                       w.device_bytes, w.host, w.host_bytes, info));
-  if (local_cols > 0) {
-    JAXMG_CUDA(rt().cudaMemcpy2DAsync(r_out, n * sizeof(T), a, m * sizeof(T), n * sizeof(T),
+  // The first N global rows are the first local rows of every rank's matrix.
+  const int64_t r_rows = layout::NumRoc(n, block, g.row, 0, g.rows);
+  if (local_cols > 0 && r_rows > 0) {
+    JAXMG_CUDA(rt().cudaMemcpy2DAsync(r_out, r_rows * sizeof(T), a,
+                                      LocalRows(g, m, block) * sizeof(T), r_rows * sizeof(T),
                                       local_cols, cudaMemcpyDeviceToDevice, stream));
   }
   JAXMG_CUSOLVER(mp().cusolverMpOrgqr(r.handle, m, n, n, a, 1, 1, da.get(), tau, type, w.device,
@@ -366,19 +395,19 @@ Status Qr(Rank& r, cudaStream_t stream, int64_t m, int64_t n, int64_t block, T* 
   return Status::Ok();
 }
 
-#define JAXMG_INSTANTIATE(T)                                                                  \
-  template Status Potrf<T>(Rank&, cudaStream_t, int64_t, int64_t, T*, int32_t*,              \
-                           const Allocator&);                                                 \
-  template Status Potrs<T>(Rank&, cudaStream_t, int64_t, int64_t, const T*, T*, int64_t,     \
-                           const Allocator&);                                                 \
-  template Status Getrf<T>(Rank&, cudaStream_t, int64_t, int64_t, T*, int32_t*, int32_t*,    \
-                           const Allocator&);                                                 \
-  template Status Getrs<T>(Rank&, cudaStream_t, int64_t, int64_t, const T*, const int32_t*,  \
-                           T*, int64_t, const Allocator&);                                    \
-  template Status Syevd<T>(Rank&, cudaStream_t, int64_t, int64_t, T*, T*, Real<T>*,          \
-                           int32_t*, const Allocator&);                                       \
-  template Status Qr<T>(Rank&, cudaStream_t, int64_t, int64_t, int64_t, T*, T*, int32_t*,    \
-                        const Allocator&);
+#define JAXMG_INSTANTIATE(T)                                                                    \
+  template Status Potrf<T>(Rank&, const Grid&, cudaStream_t, int64_t, int64_t, T*, int32_t*,    \
+                           const Allocator&);                                                   \
+  template Status Potrs<T>(Rank&, const Grid&, cudaStream_t, int64_t, int64_t, const T*, T*,    \
+                           int64_t, const Allocator&);                                          \
+  template Status Getrf<T>(Rank&, const Grid&, cudaStream_t, int64_t, int64_t, T*, int32_t*,    \
+                           int32_t*, const Allocator&);                                         \
+  template Status Getrs<T>(Rank&, const Grid&, cudaStream_t, int64_t, int64_t, const T*,        \
+                           const int32_t*, T*, int64_t, const Allocator&);                      \
+  template Status Syevd<T>(Rank&, const Grid&, cudaStream_t, int64_t, int64_t, T*, T*, Real<T>*,\
+                           int32_t*, const Allocator&);                                         \
+  template Status Qr<T>(Rank&, const Grid&, cudaStream_t, int64_t, int64_t, int64_t, T*, T*,    \
+                        int32_t*, const Allocator&);
 
 JAXMG_INSTANTIATE(float)
 JAXMG_INSTANTIATE(double)

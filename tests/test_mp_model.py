@@ -1,0 +1,108 @@
+"""The mp engine's Python side (padding, the cyclic layout, right-hand sides
+and pivots on the grid's rows, results back in JAX's layout) on forced CPU
+devices, with the cuSOLVERMp calls replaced by a model of their contract
+(tests/mp_model.py): 1-D meshes and 2-D grids, orders no block divides."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import helpers
+import jaxmg
+import mp_model
+from jaxmg._src import mp
+
+MESHES = ["1", "2", "4", "1x2", "2x1", "2x2", "2x4"]
+
+
+@pytest.fixture(autouse=True)
+def modelled_cusolvermp(monkeypatch):
+    monkeypatch.setattr(mp, "call", mp_model.fake_call)
+    monkeypatch.setattr(mp, "check", lambda *args, **kwargs: None)
+    monkeypatch.setattr(mp, "version", lambda: 901)
+
+
+def _mesh(kind):
+    if "x" in kind:
+        r, c = map(int, kind.split("x"))
+        return jax.make_mesh((r, c), ("r", "c"), devices=jax.devices()[: r * c])
+    return jax.make_mesh((int(kind),), ("x",), devices=jax.devices()[: int(kind)])
+
+
+def _put(x, mesh):
+    spec = P("r", "c") if len(mesh.axis_names) == 2 else P("x", None)
+    if all(x.shape[d] % mesh.shape[ax] == 0 for d, ax in enumerate(spec) if ax is not None):
+        return jax.device_put(x, NamedSharding(mesh, spec)), {}
+    return jax.device_put(x, NamedSharding(mesh, P())), {"mesh": mesh, "spec": spec}
+
+
+def _err(got, want):
+    got, want = np.asarray(got), np.asarray(want)
+    return np.abs(got - want).max() / max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("kind", MESHES)
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("n", [37, 64])
+def test_cholesky_lu_and_eigen(kind, dtype, n):
+    mesh, rng = _mesh(kind), np.random.default_rng(n)
+    a = helpers.spd(rng, n, dtype)
+    g = (helpers.random_matrix(rng, n, dtype) + 3 * np.sqrt(n) * np.eye(n)).astype(dtype)
+    g[[0, 5]] = g[[5, 0]]
+    b = helpers.random_matrix(rng, n, dtype, 3)
+    A, kw = _put(a, mesh)
+    G, _ = _put(g, mesh)
+    tol = 1e-10
+    assert _err(jaxmg.potrs(A, b, backend="mp", tile_size=4, **kw), np.linalg.solve(a, b)) < tol
+    f = jaxmg.cho_factor(A, backend="mp", tile_size=4, **kw)
+    assert _err(jaxmg.cho_solve(f, b), np.linalg.solve(a, b)) < tol
+    assert abs(float(jaxmg.cho_logdet(f)) - np.linalg.slogdet(a)[1]) < tol * n
+    assert _err(jaxmg.solve(G, b, backend="mp", tile_size=4, **kw), np.linalg.solve(g, b)) < tol
+    sign, logabs = jaxmg.slogdet(G, backend="mp", tile_size=4, **kw)
+    ref_sign, ref_logabs = np.linalg.slogdet(g)
+    assert abs(float(logabs) - ref_logabs) < tol * n and abs(complex(sign) - ref_sign) < 1e-8
+    w, v = jaxmg.eigh(A, backend="mp", tile_size=4, **kw)
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), atol=tol * n)
+    v = np.asarray(v)
+    assert np.abs(a @ v - v * np.asarray(w)).max() < tol * n
+
+
+@pytest.mark.parametrize("kind", MESHES)
+@pytest.mark.parametrize("shape", [(50, 37), (64, 64)])
+def test_qr_and_lstsq(kind, shape):
+    mesh, rng = _mesh(kind), np.random.default_rng(7)
+    a = helpers.random_matrix(rng, shape[0], np.complex128, shape[1])
+    b = helpers.random_matrix(rng, shape[0], np.complex128, 2)
+    A, kw = _put(a, mesh)
+    q, r = jaxmg.qr(A, backend="mp", **kw)
+    q, r = np.asarray(q), np.asarray(r)
+    assert q.shape == shape and np.abs(np.tril(r, -1)).max() == 0
+    assert _err(q @ r, a) < 1e-12
+    x = jaxmg.lstsq(A, b, backend="mp", **kw)
+    assert _err(x, np.linalg.lstsq(a, b, rcond=None)[0]) < 1e-10
+
+
+@pytest.mark.parametrize("kind", ["2", "2x2"])
+def test_derivatives(kind):
+    mesh, rng = _mesh(kind), np.random.default_rng(9)
+    a = helpers.spd(rng, 24, np.float64)
+    b = rng.standard_normal((24, 2))
+    A, _ = _put(a, mesh)
+    with jax.set_mesh(mesh):
+        for loss in (lambda x, be: jnp.sum(jaxmg.solve(x, b, backend=be) ** 2),
+                     lambda x, be: jnp.sum(jaxmg.potrs(x, b, backend=be) ** 2),
+                     lambda x, be: jnp.sum(jaxmg.eigvalsh(x, backend=be) ** 3)):
+            assert _err(jax.grad(loss)(A, "mp"), jax.grad(loss)(A, "jax")) < 1e-10
+
+
+def test_not_positive_definite_gives_nan_and_info():
+    mesh = _mesh("2x2")
+    bad = np.eye(16)
+    bad[7, 7] = -1.0
+    x, info = jaxmg.potrs(_put(bad, mesh)[0], np.ones(16), backend="mp", return_info=True)
+    assert int(info) > 0 and np.isnan(np.asarray(x)).all()
+
