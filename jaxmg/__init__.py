@@ -17,6 +17,7 @@ from jaxmg._src.linalg import (
     solve,
 )
 from jaxmg._src.least_squares import lstsq, qr
+from jaxmg._src.polar import polar, svd
 from jaxmg._src.potri import potri
 from jaxmg._src.potrs import potrs
 from jaxmg._src.syevd import syevd
@@ -37,10 +38,12 @@ __all__ = [
     "lu_factor",
     "lstsq",
     "lu_solve",
+    "polar",
     "potri",
     "potrs",
     "qr",
     "slogdet",
     "solve",
+    "svd",
     "syevd",
 ]

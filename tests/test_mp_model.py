@@ -106,3 +106,18 @@ def test_not_positive_definite_gives_nan_and_info():
     x, info = jaxmg.potrs(_put(bad, mesh)[0], np.ones(16), backend="mp", return_info=True)
     assert int(info) > 0 and np.isnan(np.asarray(x)).all()
 
+
+@pytest.mark.parametrize("kind", ["2", "2x2"])
+@pytest.mark.parametrize("shape", [(40, 24), (24, 40)])
+def test_svd_and_polar(kind, shape):
+    mesh, rng = _mesh(kind), np.random.default_rng(11)
+    a = helpers.random_matrix(rng, shape[0], np.complex128, shape[1])
+    A, kw = _put(a, mesh)
+    u, s, vh = jaxmg.svd(A, backend="mp", **kw)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), rtol=1e-10)
+    assert _err(np.asarray(u) * np.asarray(s) @ np.asarray(vh), a) < 1e-10
+    side = "right" if shape[0] >= shape[1] else "left"
+    up, p = jaxmg.polar(A, side=side, backend="mp", **kw)
+    up, p = np.asarray(up), np.asarray(p)
+    assert _err(up @ p if side == "right" else p @ up, a) < 1e-10
+    assert np.abs(p - p.conj().T).max() < 1e-10

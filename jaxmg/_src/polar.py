@@ -1,0 +1,267 @@
+"""Polar decomposition and SVD. Backend "mp": QDWH, the dynamically weighted
+Halley iteration (Nakatsukasa, Bai and Gygi 2010), whose steps are QR
+decompositions of [sqrt(c) X; I] by cuSOLVERMp, then for the SVD an
+eigendecomposition of the Hermitian polar factor, A = U_p H = (U_p V) S V^H
+(Nakatsukasa and Higham 2013). Backend "jax": jnp.linalg.svd of the whole
+matrix."""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxmg._src import distribution as dist
+from jaxmg._src.least_squares import _engine
+
+SIDES = ("right", "left")
+
+
+def _lower_bound(eps: float) -> float:
+    """l0, the lower bound QDWH assumes for sigma_min(A) / ||A||_F: the
+    smallest (down to eps^2) that costs no more iterations than l0 = eps."""
+    count = len(_weights(eps, eps))
+    l0 = eps
+    while l0 / 10 > eps * eps and len(_weights(l0 / 10, eps)) == count:
+        l0 /= 10
+    return l0
+
+
+@functools.lru_cache(maxsize=16)
+def _weights(l0: float, eps: float) -> tuple[tuple[float, float, float], ...]:
+    """The steps' (b/c, (a - b/c)/sqrt(c), sqrt(c)), worked out in float64
+    ahead of time: l_k, the bound on sigma_min(X_k), depends on l0 alone.
+    They run until l_k is within 10 eps of 1, i.e. X_k has converged."""
+    steps, l = [], l0
+    while 1 - l > 10 * eps:
+        l2 = l * l
+        g = (4 * (1 - l2) / (l2 * l2)) ** (1 / 3)
+        a = math.sqrt(1 + g) + 0.5 * math.sqrt(8 - 4 * g + 8 * (2 - l2) / (l2 * math.sqrt(1 + g)))
+        b = (a - 1) ** 2 / 4
+        c = a + b - 1
+        steps.append((b / c, (a - b / c) / math.sqrt(c), math.sqrt(c)))
+        l = min(1.0, l * (a + b * l2) / (1 + c * l2))
+    return tuple(steps)
+
+
+def _mm(x, y, placement=None, spec=P()):
+    """x @ y, sharded as `spec` on `placement` (explicit sharding needs the
+    result named where both contracted dimensions are sharded)."""
+    # f32 products at full precision: TF32 (the GPU default) would cap U's
+    # orthogonality near 1e-3.
+    mm = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
+    if placement is None:
+        return mm(x, y)
+    if dist.is_explicit(placement):
+        if spec != P() and x.shape[0] % placement.n_devices:
+            spec = P()
+        return mm(x, y, out_sharding=NamedSharding(placement.mesh, spec))
+    return dist.constrain(mm(x, y), placement, spec)
+
+
+def _ct(x):
+    return jnp.conj(x).T if jnp.iscomplexobj(x) else x.T
+
+
+def _qdwh(x, qr_fn, *, lower_bound=None, placement=None):
+    """The unitary polar factor U of a tall x (M >= N), x = U H.
+
+    qr_fn(y) -> (q, r, info): reduced QR of the stacked matrix [sqrt(c) X; I],
+    whose rows are sharded over `placement` (None: arrays as they are).
+    Returns (U, info): info is the first nonzero info of the QRs, 0 if none.
+    """
+    m, n = x.shape
+    real = jnp.finfo(x.dtype).dtype
+    eps = float(jnp.finfo(x.dtype).eps)
+    steps = jnp.asarray(_weights(lower_bound or _lower_bound(eps), eps), dtype=real)
+    # Both blocks of the stacked matrix padded with zero rows to a multiple of
+    # the devices: explicit sharding slices only evenly split rows, and zero
+    # rows of [sqrt(c) X; I] are zero rows of Q, so they stay zero in X.
+    k = placement.n_devices if placement is not None else 1
+    m_pad, n_pad = -(-m // k) * k, -(-n // k) * k
+
+    spec = None if placement is None else P(placement.axis, None)
+
+    def rows(y):
+        return y if placement is None else dist.constrain(y, placement, spec)
+
+    # ||x||_F >= ||x||_2, computed without overflowing for huge entries.
+    big = jnp.max(jnp.abs(x))
+    big = jnp.where(big > 0, big, 1)
+    alpha = big * jnp.linalg.norm(x / big)
+    x = rows(jnp.pad(x / jnp.where(alpha > 0, alpha, 1).astype(x.dtype), ((0, m_pad - m), (0, 0))))
+    r, c = jnp.arange(m_pad + n_pad)[:, None], jnp.arange(n)[None, :]
+    eye = r - m_pad == c
+
+    def step(i, carry):
+        x, info = carry
+        keep, mix, root = (steps[i, j].astype(x.dtype) for j in range(3))
+        # An elementwise select, not a concatenation: it keeps x's sharding.
+        y = jnp.where(eye, jnp.asarray(1, x.dtype), jnp.pad(root * x, ((0, n_pad), (0, 0))))
+        q, _, qr_info = qr_fn(rows(y))
+        q2 = q[m_pad:]
+        if placement is not None:
+            q2 = dist.constrain(q2, placement, P())
+        x = rows(keep * x + mix * _mm(q[:m_pad], _ct(q2[:n]), placement, spec))
+        return x, jnp.where(info != 0, info, jnp.asarray(qr_info, jnp.int32))
+
+    x, info = jax.lax.fori_loop(0, steps.shape[0], step, (x, jnp.int32(0)))
+    return (x[:m] if placement is None else dist.unpad(x, placement, m, (0,))), info
+
+
+def _hermitian(h):
+    return (h + _ct(h)) / 2
+
+
+def _check_side(a, side: str):
+    if side not in SIDES:
+        raise ValueError(f"jaxmg: polar takes side in {SIDES}, got {side!r}")
+    m, n = a.shape
+    if side == "right" and m < n:
+        raise ValueError(
+            f"jaxmg: polar with side='right' needs a with at least as many rows as columns "
+            f"(M >= N), got {m} x {n}; for a wide matrix use side='left' (a = p @ u)"
+        )
+    if side == "left" and m > n:
+        raise ValueError(
+            f"jaxmg: polar with side='left' needs a with at most as many rows as columns "
+            f"(M <= N), got {m} x {n}; for a tall matrix use side='right' (a = u @ p)"
+        )
+
+
+def polar(a, *, side="right", mesh=None, spec=None, backend="auto", return_info=False):
+    """Polar decomposition ``a = u @ p`` (side "right") or ``a = p @ u`` (side "left").
+
+    Args:
+      a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
+        M >= N for side "right", M <= N for side "left".
+      side: "right": p is (N, N), ``(a^H a)^(1/2)``; "left": p is (M, M), ``(a a^H)^(1/2)``.
+      mesh, spec: as for :func:`jaxmg.potrs`.
+      backend: "mp" (QDWH iterations of cuSOLVERMp QRs over the GPUs), "jax"
+        (``jnp.linalg.svd`` on the whole matrix) or "auto": "mp" on a mesh of
+        several GPUs, else "jax".
+      return_info: also return info (0 on success).
+
+    Returns:
+      u: (M, N) with orthonormal columns (side "right") or rows (side "left");
+      p: Hermitian positive semidefinite; both rows sharded like a; and info
+      if ``return_info``. On failure u and p are NaN.
+      With backend "mp" the columns of u belonging to exactly zero singular
+      values of a come out zero (QDWH keeps them), not orthonormal.
+    """
+    dist.check_rank2(a, "a")
+    dist.check_dtype(a, "a")
+    _check_side(a, side)
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    engine = _engine(placement, backend, "polar")
+    u, p, info = _polar(a, placement=placement, engine=engine, side=side)
+    return (u, p, info) if return_info else (u, p)
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "engine", "side"))
+def _polar(a, *, placement, engine, side):
+    rows = P(placement.axis, None)
+    if engine == "jax":
+        w, s, vh = jnp.linalg.svd(dist.constrain(a, placement, P()), full_matrices=False)
+        u = _mm(w, vh)
+        outer = _ct(vh) if side == "right" else w
+        p = _hermitian(_mm(outer * s.astype(a.dtype), _ct(outer)))
+        info = jnp.int32(0)
+    else:
+        x = a if side == "right" else dist.constrain_result(_ct(a), placement, rows)
+        u, p, info = _mp_polar(x, placement)
+        if side == "left":
+            u = _ct(u)
+    nan = jnp.asarray(jnp.nan, a.dtype)
+    u = dist.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
+    p = dist.constrain_result(jnp.where(info == 0, p, nan), placement, rows)
+    return u, p, info
+
+
+def _mp_polar(x, placement):
+    """(U, H, info) of a tall, row-sharded x = U H by QDWH on cuSOLVERMp."""
+    from jaxmg._src import mp
+
+    u, info = _qdwh(x, lambda y: mp.qr(y, placement), placement=placement)
+    h = _hermitian(_mm(_ct(u), x, placement, P()))
+    return u, h, info
+
+
+def svd(a, *, full_matrices=False, compute_uv=True, mesh=None, spec=None, backend="auto",
+        return_info=False):
+    """Singular value decomposition ``a = u @ diag(s) @ vh``, like ``jnp.linalg.svd``.
+
+    Args:
+      a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``.
+      full_matrices: only False (the reduced SVD: K = min(M, N)).
+      compute_uv: also compute u and vh.
+      mesh, spec, backend, return_info: as for :func:`jaxmg.polar`; backend
+        "mp" is the polar decomposition a = U_p H followed by cuSOLVERMp's
+        eigendecomposition of H (for a wide matrix, of a^H).
+
+    Returns:
+      u: (M, K), rows sharded like a; s: (K,) in descending order, replicated;
+      vh: (K, N), rows sharded; only s unless ``compute_uv``; and info last if
+      ``return_info``. On failure the results are NaN.
+      With backend "mp" the columns of u belonging to exactly zero singular
+      values come out zero, as in :func:`jaxmg.polar`.
+    """
+    dist.check_rank2(a, "a")
+    dist.check_dtype(a, "a")
+    if full_matrices:
+        raise ValueError(
+            "jaxmg: svd computes the reduced SVD only (u is M x K, vh is K x N, K = min(M, N)); "
+            "pass full_matrices=False"
+        )
+    placement = dist.resolve_placement(a, mesh, spec, "a")
+    engine = _engine(placement, backend, "svd")
+    out = _svd(a, placement=placement, engine=engine, compute_uv=bool(compute_uv))
+    if not compute_uv:
+        out = out[1:2] + out[3:]
+    out = out if return_info else out[:-1]
+    return out[0] if len(out) == 1 else out
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "engine", "compute_uv"))
+def _svd(a, *, placement, engine, compute_uv):
+    rows = P(placement.axis, None)
+    if engine == "jax":
+        whole = dist.constrain(a, placement, P())
+        if compute_uv:
+            u, s, vh = jnp.linalg.svd(whole, full_matrices=False)
+        else:
+            u, s, vh = None, jnp.linalg.svd(whole, compute_uv=False), None
+        info = jnp.int32(0)
+    else:
+        wide = a.shape[0] < a.shape[1]
+        x = dist.constrain_result(_ct(a), placement, rows) if wide else a
+        u, s, vh, info = _mp_svd(x, placement, compute_uv)
+        if wide and compute_uv:
+            u, vh = _ct(vh), _ct(u)
+    nan = jnp.asarray(jnp.nan, a.dtype)
+    s = dist.constrain(jnp.where(info == 0, s, nan.real), placement, P())
+    if compute_uv:
+        u = dist.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
+        vh = dist.constrain_result(jnp.where(info == 0, vh, nan), placement, rows)
+    return u, s, vh, info
+
+
+def _mp_svd(x, placement, compute_uv):
+    from jaxmg._src import syevd
+
+    u_p, h, info = _mp_polar(x, placement)
+    w, v, eig_info = syevd.run(h, placement=placement, tile=None, vectors=compute_uv, engine="mp")
+    info = jnp.where(info != 0, info, eig_info)
+    # H is semidefinite up to rounding: an eigenvalue below zero is |w| with
+    # its column of u negated. Sorting by |w| makes s descending.
+    order = jnp.argsort(-jnp.abs(w))
+    s = jnp.abs(w)[order]
+    if not compute_uv:
+        return None, s, None, info
+    v = dist.constrain(v, placement, P())[:, order]
+    sign = jnp.where(w[order] < 0, -1, 1).astype(x.dtype)
+    u = _mm(u_p, v, placement, P(placement.axis, None)) * sign
+    return u, s, _ct(v), info
