@@ -8,6 +8,7 @@ Usage, from the repository root after `bazel build //xla_ext:libjaxmg_ffi.so`:
         --dtypes float64 --mem-fraction 0.95
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --routines potrs --largest --largest-budget 300
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --peer-path /opt/jaxmg-0.0.8
+    PYTHONPATH=. .venv/bin/python tools/benchmark.py --mp --routines potrs lu syevd --mp-tile 256
 
     # CPU smoke test on two forced host devices:
     XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu PYTHONPATH=. \\
@@ -19,6 +20,10 @@ For every routine x dtype x N x device count it times these implementations:
                      (JAX's own solver on one GPU or below a crossover N, else cuSOLVERMg).
                      lu: x = jaxmg.lu_solve(jaxmg.lu_factor(a, tile_size=TILE), b)
     jaxmg (mg)       the same with backend="jaxmg": always the distributed solver
+    jaxmg (mp)       only with --mp: the same with backend="mp", cuSOLVERMp (CUDA GPUs only;
+                     elsewhere the call's error is recorded). tile_size=--mp-tile, an upper
+                     bound on cuSOLVERMp's block (no tile_size unless given: the library's
+                     default block). It has no potri (n/a in the potri rows)
     jax native       JAX's solver on one device, jitted. potrs: cho_factor + cho_solve;
                      lu: jax.scipy.linalg.lu_factor + lu_solve; potri: cho_factor +
                      cho_solve against the identity; syevd: jnp.linalg.eigh
@@ -110,10 +115,13 @@ DISPATCH_NAME = {"lu": "getrf"}  # jaxmg's name for a routine in its engine choi
 DTYPES = ("float32", "float64", "complex64", "complex128")
 DEFAULT_SIZES = (1024, 4096, 8192, 16384, 32768)
 
-AUTO, MG, MG_JIT = "jaxmg (auto)", "jaxmg (mg)", "jaxmg (mg, jit)"
+MP_ROUTINES = ("potrs", "lu", "syevd")  # backend="mp" (cuSOLVERMp) has no potri
+
+AUTO, MG, MG_JIT, MP = "jaxmg (auto)", "jaxmg (mg)", "jaxmg (mg, jit)", "jaxmg (mp)"
 NATIVE, NATIVE_INV, PEER = "jax native", "jax native inv", "JAXMg 0.0.8"
-OURS_IMPLS = (AUTO, MG, MG_JIT, NATIVE, NATIVE_INV)
-TABLE_IMPLS = (AUTO, MG, NATIVE, NATIVE_INV, PEER)
+OURS_IMPLS = (AUTO, MG, MG_JIT, MP, NATIVE, NATIVE_INV)
+TABLE_IMPLS = (AUTO, MG, MP, NATIVE, NATIVE_INV, PEER)
+BACKEND = {AUTO: "auto", MG: "jaxmg", MG_JIT: "jaxmg", MP: "mp"}  # jaxmg's backend= per impl
 
 EVENT_PREFIX = "@@bench "
 ROTATE_MAX_N = 16384  # above this, one input matrix is reused across repeats
@@ -367,9 +375,12 @@ class Bench:
         from jax.sharding import PartitionSpec as P
 
         jaxmg = self.lib
-        tile = self.settings["tile"]
-        backend = "auto" if task.impl == AUTO else "jaxmg"
-        kw: dict[str, Any] = {"tile_size": tile, "backend": backend}
+        backend = BACKEND[task.impl]
+        # backend="mp": tile_size only bounds cuSOLVERMp's block; None = the library's default.
+        tile = self.settings.get("mp_tile") if task.impl == MP else self.settings["tile"]
+        kw: dict[str, Any] = {"backend": backend}
+        if tile is not None:
+            kw["tile_size"] = tile
         donate = bool(self.settings.get("donate")) and task.impl != MG_JIT
         if donate:
             kw["donate"] = True
@@ -404,14 +415,19 @@ class Bench:
         )
 
     @staticmethod
-    def engine_of(task: Task, a, tile: int, backend: str) -> tuple[str | None, int | None]:
-        """Which engine jaxmg runs for this call, and its tile width."""
+    def engine_of(task: Task, a, tile: int | None, backend: str) -> tuple[str | None, int | None]:
+        """Which engine jaxmg runs for this call, and its tile width (for "mp":
+        cuSOLVERMp's block, which `tile` only bounds)."""
         try:
             from jaxmg._src import dispatch, distribution as dist
 
             placement = dist.resolve_placement(a, None, None)
             routine = DISPATCH_NAME.get(task.routine, task.routine)
             engine = dispatch.choose(routine, task.n, placement, backend)
+            if engine == "mp":
+                from jaxmg._src import mp
+
+                return engine, mp.block_size(task.n, placement, tile)
             t = dist.choose_tile(task.n, placement.n_devices, tile) if engine == "jaxmg" else None
             return engine, t
         except Exception:  # private API: only for the report
@@ -849,6 +865,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls after the warm-up (default 5)")
     parser.add_argument("--tile", type=int, default=1024,
                         help="block-cyclic tile T_A for jaxmg and JAXMg (default 1024)")
+    parser.add_argument("--mp", action="store_true",
+                        help="also time jaxmg (mp): backend=\"mp\", cuSOLVERMp (potrs, lu, syevd; "
+                             "CUDA GPUs only)")
+    parser.add_argument("--mp-tile", type=int, metavar="N",
+                        help="tile_size for jaxmg (mp), an upper bound on cuSOLVERMp's block "
+                             "(default: none passed, the library picks its block)")
     parser.add_argument("--peer-path", type=pathlib.Path, metavar="DIR",
                         help="where `pip install --no-deps --target DIR jaxmg==0.0.8` put JAXMg")
     parser.add_argument("--per-call-overhead", action="store_true",
@@ -879,6 +901,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.tile < 1 or any(n < 1 for n in args.sizes):
         parser.error("--repeats, --tile and --sizes must be positive")
+    if args.mp_tile is not None and args.mp_tile < 1:
+        parser.error("--mp-tile must be positive")
     if args.mem_fraction is not None and not 0 < args.mem_fraction <= 1:
         parser.error("--mem-fraction must be in (0, 1]")
     args.routines = [r for r in ROUTINES if r in args.routines]  # fixed order, no repeats
@@ -896,6 +920,8 @@ def plan_tasks(args: argparse.Namespace, device_counts: list[int]) -> list[tuple
         peer: list[Task] = []
         for routine, dtype, n in itertools.product(args.routines, args.dtypes, args.sizes):
             impls = [AUTO, MG]
+            if args.mp and routine in MP_ROUTINES:
+                impls.append(MP)
             if args.per_call_overhead and n == OVERHEAD_N:
                 impls.append(MG_JIT)
             for impl in impls:
@@ -1071,7 +1097,8 @@ def progress_line(index: int, total: int, task: Task, record: dict[str, Any]) ->
     text = f"{head} {format_ms(record['median_ms'])} ms (min {format_ms(record['min_ms'])}, "
     text += f"resid {resid:.1e})" if resid is not None else "resid NaN)"
     if record.get("engine"):
-        text += f" [engine {record['engine']}" + (f", tile {record['tile']}]" if record.get("tile") else "]")
+        width = "block" if record["engine"] == "mp" else "tile"
+        text += f" [engine {record['engine']}" + (f", {width} {record['tile']}]" if record.get("tile") else "]")
     if "copy_ms" in record:
         text += f" [+ input copy {format_ms(statistics.median(record['copy_ms']))} ms]"
     if status == "failed":
@@ -1094,7 +1121,8 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
     """The summary table and its footnotes (errors are numbered E1, E2, ...)."""
     by_key = {(r["routine"], r["dtype"], r["n"], r["devices"], r["impl"]): r for r in records}
     impls = [i for i in TABLE_IMPLS
-             if (i != NATIVE_INV or "potri" in args.routines) and (i != PEER or args.peer_path)]
+             if (i != NATIVE_INV or "potri" in args.routines) and (i != PEER or args.peer_path)
+             and (i != MP or args.mp)]
     header = ["routine", "dtype", "N", "dev"] + impls + ["auto engine", "auto/native"]
     rows, errors = [], []
 
@@ -1120,6 +1148,8 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
         cells = {i: cell(found.get(i)) for i in impls}
         if PEER in cells and routine not in PEER_ROUTINES:
             cells[PEER] = "n/a"
+        if MP in cells and routine not in MP_ROUTINES:
+            cells[MP] = "n/a"
         auto, native = found.get(AUTO), found.get(NATIVE)
         ratio = "-"
         if auto and native and auto.get("median_ms") and native.get("median_ms"):
@@ -1147,6 +1177,14 @@ def table_notes(records: list[dict[str, Any]], args: argparse.Namespace, errors:
         "cho_factor + cho_solve(A, I), jax native inv is jnp.linalg.inv. "
         "auto/native < 1: jaxmg (auto) is faster.",
     ]
+    if args.mp:
+        notes.append(
+            "jaxmg (mp) = backend=\"mp\" (cuSOLVERMp, CUDA GPUs only) with "
+            + (f"tile_size={args.mp_tile}, an upper bound on its block"
+               if args.mp_tile is not None else "no tile_size (the library's default block)")
+            + (", donate=True" if args.donate else "")
+            + "; its effective block is the record's \"tile\" in benchmark.json. "
+            "It has no potri (n/a).")
     if "lu" in args.routines:
         notes.append("lu = lu_factor + lu_solve of a non-symmetric A (jax native: "
                      "jax.scipy.linalg.lu_factor + lu_solve)"
@@ -1407,7 +1445,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{visible} x {info['device_kinds'][0]} ({info['platform']}), jax {info['jax_version']}; "
           f"devices {device_counts}; output {out}", flush=True)
 
-    settings = {"tile": args.tile, "repeats": args.repeats, "budget_s": args.budget,
+    settings = {"tile": args.tile, "mp": args.mp, "mp_tile": args.mp_tile,
+                "repeats": args.repeats, "budget_s": args.budget,
                 "peer_path": str(args.peer_path.resolve()) if args.peer_path else None,
                 "mem_fraction": args.mem_fraction, "donate": args.donate}
     plan = plan_tasks(args, device_counts)

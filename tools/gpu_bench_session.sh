@@ -10,6 +10,11 @@
 #   lu         C++ engine test on distinct GPUs and the GPU suite's LU cases
 #   mp         cuSOLVERMp engine: its GPU tests in one process and one process per GPU
 #              (needs the nvidia-cusolvermp-cu13 0.8.0 wheel in .whl/)
+#   mpprocesses  only the mp engine's one-process-per-GPU test
+#   svd        jaxmg.svd and jaxmg.polar on the mp engine (tests/gpu/test_polar_svd_gpu.py)
+#   mpbench    float64 potrs, LU, syevd on two GPUs: cuSOLVERMp (mp) beside cuSOLVERMg and JAX
+#   raw        issue 3: cuSOLVERMg called directly (.device/raw_mg_bench) beside jaxmg's
+#              forced cuSOLVERMg potrs (tools/mg_overhead.py), N=1024 float64, one GPU
 #   run(command="tools/gpu_bench_session.sh processes overhead", carry=[".device", ".whl"], kind="nvidia-h200-x2")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -69,15 +74,40 @@ lu() {  # the LU paths after an engine change: C++ engine test, then the suite's
   timeout 170 python3 -m pytest tests/gpu -q -p no:cacheprovider -k "lu_solve or factor_reuse" \
     --junitxml="$out/gpu_lu_tests.xml" 2>&1 | tee "$out/gpu_lu_tests.log" | tail -5
 }
-mp() {
-  timeout 300 python3 -m pytest tests/gpu/test_mp_gpu.py -q -p no:cacheprovider -rs \
-    --junitxml="$out/gpu_mp.xml" 2>&1 | tee "$out/gpu_mp.log" | tail -25
+mp() {  # -x: a rank whose call fails leaves its peers waiting in NCCL, so stop at once
+  timeout "${MP_TIMEOUT:-300}" python3 -m pytest tests/gpu/test_mp_gpu.py -q -p no:cacheprovider -rs -x \
+    --tb=short ${MP_K:+-k "$MP_K"} --junitxml="$out/gpu_mp.xml" 2>&1 | tee "$out/gpu_mp.log" | tail -40
+  [ -n "${MP_K:-}" ] && return
+  mpprocesses
+}
+mpprocesses() {
   mkdir -p "$out/mp_logs"
   JAXMG_TIMEOUT_S=60 JAXMG_TEST_LOGS="$out/mp_logs" timeout 240 python3 -m pytest \
     tests/gpu_processes/test_mp_processes_gpu.py -q -p no:cacheprovider -rs -s \
     > "$out/gpu_mp_processes.log" 2>&1
   echo "status $?"; tail -30 "$out/gpu_mp_processes.log"
   cat "$out"/mp_logs/* >> "$out/gpu_mp_processes.log" 2>/dev/null; rm -rf "$out/mp_logs"
+}
+svd() {
+  timeout 240 python3 -m pytest tests/gpu/test_polar_svd_gpu.py -q -p no:cacheprovider -rs -x \
+    --tb=short --junitxml="$out/gpu_svd.xml" 2>&1 | tee "$out/gpu_svd.log" | tail -25
+}
+mpbench() {
+  timeout 200 python3 tools/benchmark.py --routines potrs lu --dtypes float64 --devices 2 \
+    --sizes 8192 16384 32768 --repeats 3 --budget 4 --wall-budget 180 --mp \
+    --out "$out/mpbench" 2>&1 | tee "$out/mpbench.log" | tail -24
+  timeout 110 python3 tools/benchmark.py --routines syevd --dtypes float64 --devices 2 \
+    --sizes 4096 8192 --repeats 2 --budget 4 --wall-budget 95 --mp \
+    --out "$out/mpbench_syevd" 2>&1 | tee "$out/mpbench_syevd.log" | tail -14
+}
+raw() {  # issue 3: jaxmg's per-call overhead over cuSOLVERMg itself
+  local dirs; dirs=$(python3 -c 'from jaxmg._src import library; print(":".join(library.cuda_search_path()))')
+  CUDA_VISIBLE_DEVICES=0 timeout 150 .device/raw_mg_bench "$dirs" 1024 0 1024 50 > "$out/raw.log" 2>&1
+  echo "raw_mg_bench status $?" >> "$out/raw.log"
+  CUDA_VISIBLE_DEVICES=0 timeout 150 python3 tools/mg_overhead.py --n 1024 --dtype float64 --calls 50 \
+    --raw-log "$out/raw.log" >> "$out/raw.log" 2>&1
+  echo "mg_overhead status $?" >> "$out/raw.log"
+  tail -12 "$out/raw.log"
 }
 
 steps=("$@")
