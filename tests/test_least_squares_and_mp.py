@@ -128,3 +128,31 @@ def test_padding_leaves_qr_and_least_squares_unchanged(ranks, shape):
     np.testing.assert_allclose(x_pad[:n], np.linalg.lstsq(a, b, rcond=None)[0], atol=1e-10)
     r_pad = np.linalg.qr(padded, mode="r")
     np.testing.assert_allclose(np.abs(r_pad[:n, :n]), np.abs(np.linalg.qr(a, mode="r")), atol=1e-10)
+
+
+def test_auto_picks_cusolvermp_across_machines(monkeypatch):
+    from jaxmg._src import collective, dispatch
+
+    placement = _placement(2)
+    monkeypatch.setattr(collective, "platform_of", lambda p: "cuda")
+    assert dispatch.choose("potrs", 65536, placement, "auto") == "jaxmg"  # one machine
+    monkeypatch.setattr(dispatch, "_machines", lambda p: 2)
+    for routine in dispatch.MP_ROUTINES:
+        assert dispatch.choose(routine, 65536, placement, "auto") == "mp"
+        assert dispatch.choose(routine, 1024, placement, "auto") == "mp"
+    assert dispatch.choose("potri", 65536, placement, "auto") == "jax"  # mp has no potri
+    assert dispatch.choose("potrs", 65536, placement, "jaxmg") == "jaxmg"  # as asked
+
+
+def test_machines_are_counted_from_the_processes_hosts(monkeypatch):
+    from types import SimpleNamespace
+
+    from jaxmg._src import processes
+
+    hosts = {0: "node-a", 1: "node-a", 2: "node-b"}
+    monkeypatch.setattr(processes, "open_channel", lambda: "job")
+    monkeypatch.setattr(processes, "_process_info", lambda p: {"host": hosts[p]})
+    devices = [SimpleNamespace(process_index=p) for p in (0, 1, 2, 2)]
+    assert processes.host_count(devices[:2]) == 1
+    assert processes.host_count(devices) == 2
+    assert processes.host_count([SimpleNamespace(process_index=jax.process_index())]) == 1

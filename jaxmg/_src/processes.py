@@ -87,6 +87,16 @@ def check_one_device_per_process(devices) -> list[int]:
     return owners
 
 
+def host_count(devices) -> int:
+    """How many machines the processes of `devices` run on (1 without asking
+    anyone when they are all this process's)."""
+    owners = sorted({d.process_index for d in devices})
+    if owners == [jax.process_index()]:
+        return 1
+    open_channel()
+    return len({_process_info(p)["host"] for p in owners})
+
+
 def register_call(call_id: int, owners: list[int], platform: str) -> None:
     """Tells the library that participant i of `call_id` runs in process
     owners[i], after checking the processes can meet: one machine (the
@@ -97,9 +107,9 @@ def register_call(call_id: int, owners: list[int], platform: str) -> None:
     hosts = sorted({info["host"] for info in peers.values()})
     if len(hosts) > 1:
         raise NotImplementedError(
-            f"jaxmg: the mesh spans machines {hosts}. jaxmg meets the processes of one machine "
-            "(its channel and CUDA IPC stay on the node); several nodes need cuSOLVERMp, which "
-            "jaxmg does not have yet. Build the mesh from the devices of one node"
+            f"jaxmg: the mesh spans machines {hosts}. cuSOLVERMg meets the processes of one "
+            "machine (its channel and CUDA IPC stay on the node); across nodes use "
+            "backend='mp' (cuSOLVERMp over NCCL), which backend='auto' picks there"
         )
     if platform == "cuda" and len({info["visible"] for info in peers.values()}) > 1:
         views = {p: info["visible"] for p, info in peers.items()}

@@ -1,7 +1,5 @@
 #include "xla_ext/engines/mp/engine.h"
 
-#include "xla_ext/layout/block_cyclic_2d.h"
-
 #include <algorithm>
 #include <complex>
 #include <cstring>
@@ -80,13 +78,25 @@ Status InitGroup(const GroupSpec& spec, Group* group) {
   return Status::Ok();
 }
 
-int64_t LocalRows(const Grid& g, int64_t m, int64_t mb) {
-  return std::max<int64_t>(layout::NumRoc(m, mb, g.row, 0, g.rows), 1);
+// ScaLAPACK's numroc: how many of n indices, dealt in blocks of nb from
+// process 0, process `proc` of `procs` owns.
+int64_t NumRoc(int64_t n, int64_t nb, int64_t proc, int64_t procs) {
+  const int64_t whole_blocks = n / nb;
+  int64_t count = (whole_blocks / procs) * nb;
+  const int64_t extra_blocks = whole_blocks % procs;
+  if (proc < extra_blocks) {
+    count += nb;
+  } else if (proc == extra_blocks) {
+    count += n % nb;  // the trailing partial block
+  }
+  return count;
 }
 
-int64_t LocalCols(const Grid& g, int64_t n, int64_t nb) {
-  return layout::NumRoc(n, nb, g.col, 0, g.cols);
+int64_t LocalRows(const Grid& g, int64_t m, int64_t mb) {
+  return std::max<int64_t>(NumRoc(m, mb, g.row, g.rows), 1);
 }
+
+int64_t LocalCols(const Grid& g, int64_t n, int64_t nb) { return NumRoc(n, nb, g.col, g.cols); }
 
 class Desc {
  public:
@@ -383,7 +393,7 @@ Status Qr(Rank& r, const Grid& g, cudaStream_t stream, int64_t m, int64_t n, int
   JAXMG_CUSOLVER(mp().cusolverMpGeqrf(r.handle, m, n, a, 1, 1, da.get(), tau, type, w.device,
                                       w.device_bytes, w.host, w.host_bytes, info));
   // The first N global rows are the first local rows of every rank's matrix.
-  const int64_t r_rows = layout::NumRoc(n, block, g.row, 0, g.rows);
+  const int64_t r_rows = NumRoc(n, block, g.row, g.rows);
   if (local_cols > 0 && r_rows > 0) {
     JAXMG_CUDA(rt().cudaMemcpy2DAsync(r_out, r_rows * sizeof(T), a,
                                       LocalRows(g, m, block) * sizeof(T), r_rows * sizeof(T),
