@@ -17,6 +17,7 @@ import mp_model
 from jaxmg._src import mp
 
 MESHES = ["1", "2", "4", "1x2", "2x1", "2x2", "2x4"]
+_REAL_CALL = mp.call
 
 
 @pytest.fixture(autouse=True)
@@ -28,13 +29,15 @@ def modelled_cusolvermp(monkeypatch):
 
 def _mesh(kind):
     if "x" in kind:
-        r, c = map(int, kind.split("x"))
-        return jax.make_mesh((r, c), ("r", "c"), devices=jax.devices()[: r * c])
+        shape = tuple(map(int, kind.split("x")))
+        names = ("r", "c", "d")[: len(shape)]
+        return jax.make_mesh(shape, names, devices=jax.devices()[: int(np.prod(shape))])
     return jax.make_mesh((int(kind),), ("x",), devices=jax.devices()[: int(kind)])
 
 
 def _put(x, mesh):
-    spec = P("r", "c") if len(mesh.axis_names) == 2 else P("x", None)
+    names = mesh.axis_names
+    spec = P("x", None) if len(names) == 1 else P(names[0], names[1:] if len(names) > 2 else names[1])
     if all(x.shape[d] % mesh.shape[ax] == 0 for d, ax in enumerate(spec) if ax is not None):
         return jax.device_put(x, NamedSharding(mesh, spec)), {}
     return jax.device_put(x, NamedSharding(mesh, P())), {"mesh": mesh, "spec": spec}
@@ -45,9 +48,10 @@ def _err(got, want):
     return np.abs(got - want).max() / max(1.0, np.abs(want).max())
 
 
-@pytest.mark.parametrize("kind", MESHES)
-@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
-@pytest.mark.parametrize("n", [37, 64])
+@pytest.mark.parametrize("kind, dtype, n", [
+    *((k, d, n) for k in MESHES for d in (np.float64, np.complex128) for n in (37, 64)),
+    ("2x2x2", np.complex128, 37),  # a grid's columns over two mesh axes
+])
 def test_cholesky_lu_and_eigen(kind, dtype, n):
     mesh, rng = _mesh(kind), np.random.default_rng(n)
     a = helpers.spd(rng, n, dtype)
@@ -121,3 +125,63 @@ def test_svd_and_polar(kind, shape):
     up, p = np.asarray(up), np.asarray(p)
     assert _err(up @ p if side == "right" else p @ up, a) < 1e-10
     assert np.abs(p - p.conj().T).max() < 1e-10
+
+
+@pytest.mark.parametrize("kind, dtype, shape", [
+    ("2", np.float64, (40, 24)),
+    ("2x2", np.complex128, (24, 40)),
+    ("2x2", np.complex128, (24, 24)),
+])
+def test_svd_and_polar_derivatives(kind, dtype, shape):
+    mesh, rng = _mesh(kind), np.random.default_rng(12)
+    a = helpers.random_matrix(rng, shape[0], dtype, shape[1])
+    k = min(shape)
+    w_s = rng.standard_normal(k)
+    w_uv = helpers.random_matrix(rng, shape[0], dtype, shape[1])
+    w_h = helpers.random_matrix(rng, max(shape) if shape[0] < shape[1] else shape[1], dtype)
+    side = "right" if shape[0] >= shape[1] else "left"
+    A, kw = _put(a, mesh)
+
+    def svd_loss(x, backend):
+        u, s, vh = jaxmg.svd(x, backend=backend, **kw)
+        # Gauge-free: the singular values and U V^H.
+        return jnp.sum(w_s * s ** 2) + jnp.real(jnp.sum(w_uv * (u @ vh)))
+
+    def polar_loss(x, backend):
+        u, p = jaxmg.polar(x, side=side, backend=backend, **kw)
+        p_w = w_h[: p.shape[0], : p.shape[1]]
+        return jnp.real(jnp.sum(w_uv * u)) + jnp.real(jnp.sum(p_w * p))
+
+    with jax.set_mesh(mesh):
+        for loss in (svd_loss, polar_loss):
+            got, want = jax.grad(loss)(A, "mp"), jax.grad(loss)(A, "jax")
+            assert _err(got, want) < 1e-8, loss.__name__
+            tangent = helpers.random_matrix(rng, shape[0], dtype, shape[1])
+            t_got = jax.jvp(lambda x: loss(x, "mp"), (A,), (tangent,))[1]
+            t_want = jax.jvp(lambda x: loss(x, "jax"), (A,), (tangent,))[1]
+            assert abs(float(t_got) - float(t_want)) < 1e-8 * max(1, abs(float(t_want)))
+
+
+def test_each_rank_asks_for_the_transposed_grid(monkeypatch):
+    """The handler reads its block as the transpose's local matrix, so an R x C
+    mesh asks cuSOLVERMp for a C x R grid (ranks numbered column-major)."""
+    from jaxmg._src import distribution as dist
+
+    seen = []
+
+    def fake_ffi_call(target, results, **kwargs):
+        def run(*operands, **attrs):
+            seen.append((target, attrs["grid_rows"], attrs["grid_cols"], attrs["block"]))
+            return tuple(jnp.zeros(r.shape, r.dtype) for r in results)
+
+        return run
+
+    monkeypatch.setattr(mp, "call", _REAL_CALL)
+    monkeypatch.setattr(mp, "load", lambda: None)
+    monkeypatch.setattr(mp, "_group", lambda ids: {})
+    monkeypatch.setattr(jax.ffi, "ffi_call", fake_ffi_call)
+    mesh = _mesh("2x4")
+    placement = dist.Placement(mesh, ("r", "c"), False)
+    a = jax.device_put(np.eye(64), NamedSharding(mesh, P(("r", "c"), None)))
+    jax.jit(lambda x: mp.potrf(x, placement, 8))(a)
+    assert seen and all(s[1:] == (4, 2, 8) for s in seen), seen

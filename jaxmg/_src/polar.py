@@ -12,6 +12,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg._src import distribution as dist
@@ -181,6 +182,7 @@ def _polar(a, *, placement, engine, side):
     return u, p, info
 
 
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _mp_polar(x, placement):
     """(U, H, info) of a tall, row-sharded x = U H by QDWH on cuSOLVERMp."""
     from jaxmg._src import mp
@@ -188,6 +190,37 @@ def _mp_polar(x, placement):
     u, info = _qdwh(x, lambda y: mp.qr(y, placement), placement=placement)
     h = _hermitian(_mm(_ct(u), x, placement, P()))
     return u, h, info
+
+
+def _zero_info(info):
+    return np.zeros(info.shape, dtype=jax.dtypes.float0)
+
+
+@_mp_polar.defjvp
+def _mp_polar_jvp(placement, primals, tangents):
+    # From dX = dU H + U dH with U^H dU = W anti-Hermitian: W H + H W =
+    # U^H dX - dX^H U, solved where H = V diag(s) V^H is diagonal; then
+    # dH = U^H dX - W H and dU = U W + (dX - U U^H dX) H^-1 (zero for square X).
+    (x,), (dx,) = primals, tangents
+    u, h, info = _mp_polar(x, placement)
+    s, v = _eigh(h, placement)
+    rows = P(placement.axis, None)
+    dx = dist.constrain_result(dx, placement, rows)
+    udx = _mm(_ct(u), dx, placement, P())
+    vh = _ct(v)
+    rhs = vh @ (udx - _ct(udx)) @ v
+    w = v @ (rhs / (s[:, None] + s[None, :]).astype(x.dtype)) @ vh
+    dh = _hermitian(udx - w @ h)
+    h_inv = (v / s.astype(x.dtype)) @ vh
+    du = _mm(u, w, placement, rows) + _mm(dx - _mm(u, udx, placement, rows), h_inv, placement, rows)
+    return (u, h, info), (du, dh, _zero_info(info))
+
+
+def _eigh(h, placement):
+    from jaxmg._src import syevd
+
+    w, v, _ = syevd.run(h, placement=placement, tile=None, vectors=True, engine="mp")
+    return w, dist.constrain(v, placement, P())
 
 
 def svd(a, *, full_matrices=False, compute_uv=True, mesh=None, spec=None, backend="auto",
@@ -250,18 +283,52 @@ def _svd(a, *, placement, engine, compute_uv):
 
 
 def _mp_svd(x, placement, compute_uv):
+    u, s, v, info = _mp_svd_tall(x, placement)
+    if not compute_uv:
+        return None, s, None, info
+    return u, s, _ct(v), info
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def _mp_svd_tall(x, placement):
+    """(U, s, V, info) of a tall, row-sharded x = U diag(s) V^H, s descending
+    (cuSOLVERMp 0.8's syevd computes the vectors whether asked or not)."""
     from jaxmg._src import syevd
 
-    u_p, h, info = _mp_polar(x, placement)
-    w, v, eig_info = syevd.run(h, placement=placement, tile=None, vectors=compute_uv, engine="mp")
+    u_p, h, info = jax.lax.stop_gradient(_mp_polar(x, placement))
+    w, v, eig_info = syevd.run(h, placement=placement, tile=None, vectors=True, engine="mp")
     info = jnp.where(info != 0, info, eig_info)
     # H is semidefinite up to rounding: an eigenvalue below zero is |w| with
     # its column of u negated. Sorting by |w| makes s descending.
     order = jnp.argsort(-jnp.abs(w))
     s = jnp.abs(w)[order]
-    if not compute_uv:
-        return None, s, None, info
     v = dist.constrain(v, placement, P())[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(x.dtype)
     u = _mm(u_p, v, placement, P(placement.axis, None)) * sign
-    return u, s, _ct(v), info
+    return u, s, v, info
+
+
+@_mp_svd_tall.defjvp
+def _mp_svd_tall_jvp(placement, primals, tangents):
+    # With dP = U^H dX V: ds = Re diag(dP); U^H dU and V^H dV off the
+    # diagonal from dP S + S dP^H and S dP + dP^H S over s_j^2 - s_i^2; on it,
+    # i Im(dP_ii) / s_i for U and 0 for V (the phase the gauge leaves free);
+    # dU also gets (dX V - U dP) S^-1, the part outside U's columns.
+    (x,), (dx,) = primals, tangents
+    u, s, v, info = _mp_svd_tall(x, placement)
+    rows = P(placement.axis, None)
+    dx = dist.constrain_result(dx, placement, rows)
+    dxv = _mm(dx, v, placement, rows)
+    dp = _mm(_ct(u), dxv, placement, P())
+    ds = jnp.real(jnp.diagonal(dp))
+    k = s.shape[0]
+    gap = s[None, :] ** 2 - s[:, None] ** 2
+    f = jnp.where(jnp.eye(k, dtype=bool), 0, 1 / jnp.where(gap == 0, 1, gap)).astype(x.dtype)
+    sc = s.astype(x.dtype)
+    omega_u = f * (dp * sc[None, :] + sc[:, None] * _ct(dp))
+    if jnp.iscomplexobj(x):
+        omega_u = omega_u + jnp.diag(1j * jnp.imag(jnp.diagonal(dp)) / s).astype(x.dtype)
+    omega_v = f * (sc[:, None] * dp + _ct(dp) * sc[None, :])
+    du = _mm(u, omega_u, placement, rows) + (dxv - _mm(u, dp, placement, rows)) / sc[None, :]
+    dv = v @ omega_v
+    return (u, s, v, info), (du, ds, dv, _zero_info(info))
