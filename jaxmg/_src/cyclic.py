@@ -87,9 +87,11 @@ def _tables(r: int, c: int, tiles_in: int):
             cap = max(cap, len(lists[s, o]))
     send = np.full((n_dev, r, cap), tiles_in, np.int32)
     back = np.zeros((n_dev, tiles_in), np.int32)
+    slot_of = np.zeros(total, np.int64)  # a tile's place in its (device, owner) list
     for (s, o), ks in lists.items():
         send[s, o, : len(ks)] = ks
         back[s, ks] = o * cap + np.arange(len(ks))
+        slot_of[s * tiles_in + ks] = np.arange(len(ks))
     gather = np.zeros((r, per_owner), np.int32)
     scatter = np.full((r, c * r * cap), per_owner, np.int32)
     for i in range(r):
@@ -97,8 +99,7 @@ def _tables(r: int, c: int, tiles_in: int):
             tile = kk * r + i
             s = tile // tiles_in
             src_row, src_col = divmod(s, c)
-            slot = int(np.nonzero(lists[s, i] == tile - s * tiles_in)[0][0])
-            at = (src_col * r + src_row) * cap + slot
+            at = (src_col * r + src_row) * cap + slot_of[tile]
             gather[i, kk] = at
             scatter[i, at] = kk
     return send.reshape(n_dev, r * cap), gather, scatter, back, cap

@@ -68,6 +68,8 @@ def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str
 
 
 def _machines(placement: dist.Placement) -> int:
+    if collective._concrete_mesh(placement) is None:
+        return 1  # an abstract mesh: tracing for one process's devices
     devices = collective._axis_devices(placement, "")
     if len({d.process_index for d in devices}) == 1:
         return 1

@@ -240,7 +240,8 @@ def _lu_solve_impl(lu_, piv, info, b, *, layout: Layout, b_sharded: bool, trans:
             raise ValueError(
                 "jaxmg: backend='mp' solves with A only (cuSOLVERMp's getrs has no transpose); "
                 "jaxmg.lu_solve(trans=1 or 2) factors op(A) again from the matrix the factor "
-                "keeps, which a donated factor no longer has: use backend='jaxmg' or 'auto'"
+                "keeps, which a donated factor no longer has: keep the factor (do not donate it) "
+                "or, on one machine, use backend='jaxmg'"
             )
         b_spec = P(layout.placement.axis, None) if b_sharded else P()
         b_pad = dist.pad_rows(b, lu_.shape[0])

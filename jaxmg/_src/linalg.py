@@ -248,7 +248,7 @@ def _spd_logdet(layout, a, factor, info):
 @_spd_logdet.defjvp
 def _spd_logdet_jvp(layout, primals, tangents):
     a, factor, info = primals
-    da = dist.constrain(tangents[0], layout.placement, layout.row_spec)
+    da = dist.constrain_result(tangents[0], layout.placement, layout.row_spec)
     y = _spd_logdet(layout, a, factor, info)
     # The inverse through the differentiable solve, so derivatives of this
     # rule (second order) are right too.
@@ -348,7 +348,7 @@ def _lu_slogdet(layout, a, lu_, piv, info):
 @_lu_slogdet.defjvp
 def _lu_slogdet_jvp(layout, primals, tangents):
     a, lu_, piv, info = primals
-    da = dist.constrain(tangents[0], layout.placement, layout.row_spec)
+    da = dist.constrain_result(tangents[0], layout.placement, layout.row_spec)
     sign, logabsdet = _lu_slogdet(layout, a, lu_, piv, info)
     eye, sharded = _eye(layout, a.dtype)
     inverse_t = _lu_solve_core(LUFactor(lu_, piv, a, info, layout), eye, 1, sharded)
@@ -476,7 +476,7 @@ def _eigh_jvp(config, primals, tangents):
     rows, cols = P(placement.axis, None), P(None, placement.axis)
     w, v, info = _eigh(config, a)
     # A P("r", "c") input's tangent comes in 2-D blocks; the products want rows.
-    da = _hermitian_part(dist.constrain(da, placement, rows), placement, n)
+    da = _hermitian_part(dist.constrain_result(da, placement, rows), placement, n)
     da_v = _mm(da, v, placement, cols, n)
     vdag_da_v = _mm(jnp.conj(v).T, da_v, placement, rows, n)
     eye = jnp.eye(n, dtype=w.dtype)

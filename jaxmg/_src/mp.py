@@ -195,7 +195,9 @@ def _from_first_row(x, placement):
 
 
 def _worst(info, placement):
-    return jax.lax.pmax(info, placement.axes)
+    """The ranks' info as one: an illegal argument (< 0) first, else the largest."""
+    low = jax.lax.pmin(info, placement.axes)
+    return jnp.where(low < 0, low, jax.lax.pmax(info, placement.axes))
 
 
 def _order(n_pad, placement, block, mesh_dim):

@@ -109,7 +109,8 @@ def register_call(call_id: int, owners: list[int], platform: str) -> None:
         raise NotImplementedError(
             f"jaxmg: the mesh spans machines {hosts}. cuSOLVERMg meets the processes of one "
             "machine (its channel and CUDA IPC stay on the node); across nodes use "
-            "backend='mp' (cuSOLVERMp over NCCL), which backend='auto' picks there"
+            "backend='mp' (cuSOLVERMp over NCCL), which backend='auto' picks for whole "
+            "sharded arrays (not inside shard_map)"
         )
     if platform == "cuda" and len({info["visible"] for info in peers.values()}) > 1:
         views = {p: info["visible"] for p, info in peers.items()}

@@ -67,7 +67,8 @@ Status Shape(ffi::Span<const int64_t> dims, const mp::Grid& g, int64_t block, in
              int64_t* n) {
   if (dims.size() != 2 || block < 1 || dims[0] % block || dims[1] % block) {
     return Errorf("jaxmg: a cuSOLVERMp rank's block must be whole ", block, " x ", block,
-                  " blocks");
+                  " blocks on its ", g.rows, " x ", g.cols, " grid, got ",
+                  dims.size() == 2 ? dims[0] : -1, " x ", dims.size() == 2 ? dims[1] : -1);
   }
   *m = dims[1] * g.rows;
   *n = dims[0] * g.cols;

@@ -291,8 +291,10 @@ Status Getrf(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t blo
   // cuSOLVERMp keeps a pivot per local column (of the panels this rank's
   // grid column factors), not per local row as ScaLAPACK does.
   const int64_t cols = LocalCols(g, n, block);
+  // Room for ScaLAPACK's per-row layout too, should a version go back to it.
+  const int64_t room = std::max(cols, LocalRows(g, n, block)) + block;
   void* ipiv = nullptr;
-  JAXMG_RETURN_IF_ERROR(Ints(cols + block, sizeof(int64_t), alloc, &ipiv));
+  JAXMG_RETURN_IF_ERROR(Ints(room, sizeof(int64_t), alloc, &ipiv));
   size_t dw = 0, hw = 0;
   JAXMG_CUSOLVER(mp().cusolverMpGetrf_bufferSize(r.handle, n, n, a, 1, 1, da.get(),
                                                  static_cast<int64_t*>(ipiv), type, &dw, &hw));
@@ -318,11 +320,12 @@ Status Getrs(Rank& r, const Grid& g, cudaStream_t stream, int64_t n, int64_t blo
   Desc da;
   JAXMG_RETURN_IF_ERROR(da.Init(g, type, n, n, block, block));
   const int64_t cols = LocalCols(g, n, block);
+  const int64_t room = std::max(cols, LocalRows(g, n, block)) + block;
   void* ipiv = nullptr;
   void* info = nullptr;
-  JAXMG_RETURN_IF_ERROR(Ints(cols + block, sizeof(int64_t), alloc, &ipiv));
+  JAXMG_RETURN_IF_ERROR(Ints(room, sizeof(int64_t), alloc, &ipiv));
   JAXMG_RETURN_IF_ERROR(Ints(1, sizeof(int), alloc, &info));
-  JAXMG_CUDA(rt().cudaMemsetAsync(ipiv, 0, (cols + block) * sizeof(int64_t), stream));
+  JAXMG_CUDA(rt().cudaMemsetAsync(ipiv, 0, room * sizeof(int64_t), stream));
   if (cols > 0) {
     JAXMG_CUDA(rt().cudaMemcpy2DAsync(ipiv, sizeof(int64_t), piv, sizeof(int32_t),
                                       sizeof(int32_t), cols, cudaMemcpyDeviceToDevice, stream));
