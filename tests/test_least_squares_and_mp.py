@@ -156,3 +156,17 @@ def test_machines_are_counted_from_the_processes_hosts(monkeypatch):
     assert processes.host_count(devices[:2]) == 1
     assert processes.host_count(devices) == 2
     assert processes.host_count([SimpleNamespace(process_index=jax.process_index())]) == 1
+
+
+def test_mp_inside_shard_map_takes_potrs_and_syevd_only(monkeypatch):
+    from jaxmg._src import collective
+
+    monkeypatch.setattr(collective, "platform_of", lambda p: "cuda")
+    mesh = helpers.mesh(2)
+
+    def body(a_blk):
+        return jaxmg.qr(a_blk, backend="mp", mesh=mesh)[0]
+
+    with pytest.raises(ValueError, match="inside shard_map runs potrs and syevd.*backend='jax'"):
+        jax.shard_map(body, mesh=mesh, in_specs=P("x", None), out_specs=P("x", None),
+                      check_vma=False)(helpers.rows(np.ones((16, 4)), mesh))

@@ -185,3 +185,32 @@ def test_each_rank_asks_for_the_transposed_grid(monkeypatch):
     a = jax.device_put(np.eye(64), NamedSharding(mesh, P(("r", "c"), None)))
     jax.jit(lambda x: mp.potrf(x, placement, 8))(a)
     assert seen and all(s[1:] == (4, 2, 8) for s in seen), seen
+
+
+@pytest.mark.parametrize("kind", ["2", "2x2"])
+@pytest.mark.parametrize("b_rows", [True, False])
+def test_inside_shard_map(kind, b_rows):
+    mesh, rng = _mesh(kind), np.random.default_rng(13)
+    axes = mesh.axis_names
+    n = 48
+    a = helpers.spd(rng, n, np.complex128)
+    b = helpers.random_matrix(rng, n, np.complex128, 2)
+    rows = P(axes if len(axes) > 1 else axes[0], None)
+    b_spec = rows if b_rows else P()
+
+    def body(a_blk, b_blk):
+        kw = dict(backend="mp", mesh=mesh, spec=rows)
+        x, info = jaxmg.potrs(a_blk, b_blk, return_info=True, **kw)
+        w, vh = jaxmg.syevd(a_blk, **kw)
+        return x, info[None], w, vh
+
+    run = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(rows, b_spec),
+                                out_specs=(b_spec, P(axes), P(), rows), check_vma=False))
+    x, info, w, vh = run(jax.device_put(a, NamedSharding(mesh, rows)),
+                         jax.device_put(b, NamedSharding(mesh, b_spec)))
+    assert not np.asarray(info).any()
+    assert _err(x, np.linalg.solve(a, b)) < 1e-10
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), atol=1e-10)
+    v = np.asarray(vh).conj().T
+    assert np.abs(a @ v - v * np.asarray(w)).max() < 1e-10
+

@@ -116,14 +116,23 @@ def _check(shape, t: int, placement: dist.Placement) -> tuple[int, int]:
     return r, c
 
 
+def _global_shape(x, placement: dist.Placement, cyclic_in: bool):
+    """x's global shape; inside shard_map x is a device's block."""
+    if not placement.manual:
+        return x.shape
+    r, c = grid(placement)
+    return (x.shape[0] * r, x.shape[1] * c) if cyclic_in else (x.shape[0] * r * c, x.shape[1])
+
+
 def to_cyclic(m, placement: dist.Placement, t: int):
-    """M (rows sharded over all devices) -> the cyclic layout, sharded cyclic_spec."""
-    r, c = _check(m.shape, t, placement)
+    """M (rows sharded over all devices) -> the cyclic layout, sharded
+    cyclic_spec (inside shard_map: a device's row block -> its cyclic block)."""
+    rows, cols = _global_shape(m, placement, False)
+    r, c = _check((rows, cols), t, placement)
     if r * c == 1:
         return m
     axes = placement.axes
     col_axes = axes[1:]
-    rows, cols = m.shape
     send, gather, _, _, cap = _tables(r, c, rows // (t * r * c))
 
     def body(x):
@@ -139,18 +148,20 @@ def to_cyclic(m, placement: dist.Placement, t: int):
         i = jax.lax.axis_index(axes[0])
         return jnp.take(out, jnp.asarray(gather)[i], axis=0).reshape(-1, cols // c)
 
+    if placement.manual:
+        return body(m)
     return jax.shard_map(body, mesh=placement.mesh, in_specs=P(placement.axis, None),
                          out_specs=cyclic_spec(placement), check_vma=False)(m)
 
 
 def from_cyclic(x, placement: dist.Placement, t: int):
     """The inverse of to_cyclic: back to rows sharded over all devices."""
-    r, c = _check(x.shape, t, placement)
+    rows, cols = _global_shape(x, placement, True)
+    r, c = _check((rows, cols), t, placement)
     if r * c == 1:
         return x
     axes = placement.axes
     col_axes = axes[1:]
-    rows, cols = x.shape
     _, _, scatter, back, cap = _tables(r, c, rows // (t * r * c))
 
     def body(blk):
@@ -166,6 +177,8 @@ def from_cyclic(x, placement: dist.Placement, t: int):
         out = jnp.take(out.reshape(r * cap, t, cols), jnp.asarray(back)[s], axis=0)
         return out.reshape(-1, cols)
 
+    if placement.manual:
+        return body(x)
     return jax.shard_map(body, mesh=placement.mesh, in_specs=cyclic_spec(placement),
                          out_specs=P(placement.axis, None), check_vma=False)(x)
 

@@ -76,10 +76,10 @@ def check(placement: dist.Placement, routine: str, instead: str = "'jaxmg'") -> 
             f"jaxmg: backend='mp' ({routine}) runs cuSOLVERMp on CUDA GPUs; on this platform use "
             f"backend={instead} or 'auto'"
         )
-    if placement.manual:
+    if placement.manual and routine not in ("potrs", "syevd"):
         raise ValueError(
-            f"jaxmg: backend='mp' ({routine}) takes whole sharded arrays, not shard_map blocks; "
-            f"call it outside shard_map or use backend={instead}"
+            f"jaxmg: backend='mp' inside shard_map runs potrs and syevd on the blocks; call "
+            f"{routine} outside shard_map or use backend={instead}"
         )
     devices = collective._axis_devices(placement, "with backend='mp'")
     here = [int(d.local_hardware_id) for d in devices if d.process_index == jax.process_index()]
@@ -94,6 +94,17 @@ def block_size(n: int, placement: dist.Placement, limit: int | None = None) -> i
     """cuSOLVERMp's block (a power of two) for an order-n matrix on this placement."""
     default = ONE_RANK_BLOCK if placement.n_devices == 1 else MANY_RANKS_BLOCK
     return cyclic.choose_block(n, placement, limit or default)
+
+
+def dividing_block(n: int, placement: dist.Placement, limit: int | None = None) -> int:
+    """Inside shard_map, where blocks cannot be padded: the largest power of
+    two up to the default (or `limit`) that splits every rank's share of n."""
+    r, c = cyclic.grid(placement)
+    per_rank = n // (r * c)
+    t = 1 << int(math.log2(limit or (ONE_RANK_BLOCK if r * c == 1 else MANY_RANKS_BLOCK)))
+    while t > 1 and per_rank % t:
+        t //= 2
+    return t
 
 
 def check_syevd(vectors: bool) -> None:
@@ -162,6 +173,8 @@ def call(routine: str, placement: dist.Placement, operands, results, *, block: i
 
 
 def _shard_map(body, placement, in_specs, out_specs):
+    if placement.manual:  # inside the caller's shard_map: the arrays are the blocks
+        return body
     return jax.shard_map(body, mesh=placement.mesh, in_specs=in_specs, out_specs=out_specs,
                          check_vma=False)
 
@@ -231,7 +244,7 @@ def _solve_columns(routine, operands, specs, b_pad, placement, block):
     """X^T from the ranks' solves with B^T's columns in grid-row order."""
     _, vec = _specs(placement)
     order, back = _order(b_pad.shape[0], placement, block, 1)
-    bt = dist.constrain(b_pad.T[:, order], placement, P(None, vec[0]))
+    bt = _grid_rows_part(b_pad.T[:, order], placement)
 
     def body(*args):
         results = (jax.ShapeDtypeStruct(args[-1].shape, args[-1].dtype),)
@@ -240,7 +253,27 @@ def _solve_columns(routine, operands, specs, b_pad, placement, block):
 
     in_specs = tuple(specs) + (P(None, vec[0]),)
     xt = _shard_map(body, placement, in_specs, P(None, vec[0]))(*operands, bt)
-    return dist.constrain(xt, placement, P())[:, back]
+    return _whole(xt, placement)[:, back]
+
+
+def _grid_rows_part(xt, placement):
+    """xt's columns split over the mesh's columns: the rank's part inside
+    shard_map, else xt constrained that way."""
+    cols = placement.axes[1:]
+    if not placement.manual:
+        return dist.constrain(xt, placement, P(None, _specs(placement)[1][0]))
+    if not cols:
+        return xt
+    size = xt.shape[1] // cyclic.grid(placement)[1]
+    return jax.lax.dynamic_slice_in_dim(xt, jax.lax.axis_index(cols) * size, size, 1)
+
+
+def _whole(xt, placement):
+    """The inverse of _grid_rows_part: xt whole on every rank."""
+    cols = placement.axes[1:]
+    if not placement.manual:
+        return dist.constrain(xt, placement, P())
+    return jax.lax.all_gather(xt, cols, axis=1, tiled=True) if cols else xt
 
 
 def potrs(factor, b_pad, placement, block):
@@ -273,7 +306,7 @@ def getrf(a_pad, placement, block):
 def getrs(lu, piv, b_pad, placement, block):
     order, _ = _order(b_pad.shape[0], placement, block, 0)
     spec, _ = _specs(placement)
-    piv = dist.constrain(piv[order], placement, P(spec[0]))
+    piv = dist.constrain(piv[order], placement, P(spec[0]))  # never inside shard_map
     xt = _solve_columns("getrs", (lu, piv), (spec, P(spec[0])), b_pad, placement, block)
     return xt.T
 

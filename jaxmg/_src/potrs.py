@@ -69,7 +69,9 @@ def potrs(
     vector = b.ndim == 1
     b2 = b[:, None] if vector else b
     engine = dispatch.choose("potrs", n, placement, backend)
-    if placement.manual:
+    if placement.manual and engine == "mp":
+        x, info = _mp_potrs_blocks(a, b2, placement, tile)
+    elif placement.manual:
         x, info = _potrs_blocks(a, b2, placement, tile)
     elif donate:
         b_sharded = factors.is_row_sharded(b, placement)
@@ -135,6 +137,25 @@ def _potrs_blocks(a, b, placement, tile):
     placement = dist.Placement(placement.mesh, placement.axis, manual=True)
     _, x, info = _potrs_body(a, b, placement=placement, tile=t, b_sharded=b_sharded)
     return x, info[0]
+
+
+def _mp_potrs_blocks(a, b, placement, tile):
+    """cuSOLVERMp inside the caller's shard_map: a is this device's (N/n, N)
+    block, b its rows of B or all of it; no padding is possible there, so the
+    block size divides every rank's share."""
+    from jaxmg._src import mp
+
+    rows, n = a.shape
+    placement = dist.Placement(placement.mesh, placement.axis, manual=True)
+    b_sharded = b.shape[0] == rows and rows != n
+    whole_b = jax.lax.all_gather(b, placement.axes, tiled=True) if b_sharded else b
+    t = mp.dividing_block(n, placement, tile)
+    factor, info = mp.potrf(a, placement, t)
+    x = mp.potrs(factor, whole_b, placement, t)
+    x = jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
+    if b_sharded:
+        x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(placement.axes) * rows, rows, 0)
+    return x, info
 
 
 def _potrs_body(a, b, *, placement, tile, b_sharded):

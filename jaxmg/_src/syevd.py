@@ -45,7 +45,14 @@ def syevd(
     n = dist.check_square(a, placement, "a")
     vectors = bool(compute_vectors)
     engine = dispatch.choose("syevd", n, placement, backend)
-    if placement.manual:
+    if placement.manual and engine == "mp":
+        from jaxmg._src import mp
+
+        mp.check_syevd(vectors)
+        placement = dist.Placement(placement.mesh, placement.axis, manual=True)
+        vh, w, info = mp.syevd(a, placement, mp.dividing_block(n, placement, tile))
+        out = (w, vh) if vectors else (w,)
+    elif placement.manual:
         t = dist.largest_divisor_at_most(a.shape[0], tile or dist.DEFAULT_TILE)
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.

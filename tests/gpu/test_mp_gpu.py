@@ -189,3 +189,24 @@ def test_lstsq(ranks, dtype):
     want = np.linalg.lstsq(a.astype(np.complex128), b, rcond=None)[0]
     assert _err(x, want) < 10 * _tol(dtype, n)
     assert _err(jaxmg.lstsq(A, b[:, 0], **kw), want[:, 0]) < 10 * _tol(dtype, n)  # auto
+
+
+@pytest.mark.parametrize("ranks", RANKS)
+def test_potrs_and_syevd_inside_shard_map(ranks):
+    mesh, rng, n = _mesh(ranks), np.random.default_rng(8), 256
+    a, b = _spd(rng, n, np.float64), rng.standard_normal((n, 2))
+    rows = P(mesh.axis_names if len(mesh.axis_names) > 1 else "x", None)
+
+    def body(a_blk, b_all):
+        kw = dict(backend="mp", mesh=mesh, spec=rows)
+        x, info = jaxmg.potrs(a_blk, b_all, return_info=True, **kw)
+        w, vh = jaxmg.syevd(a_blk, **kw)
+        return x, info[None], w, vh
+
+    run = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=(rows, P()),
+                                out_specs=(P(), P(mesh.axis_names), P(), rows), check_vma=False))
+    x, info, w, vh = run(jax.device_put(a, NamedSharding(mesh, rows)), b)
+    assert not np.asarray(info).any()
+    assert _err(x, np.linalg.solve(a, b)) < _tol(np.float64, n)
+    v = np.asarray(vh).T
+    assert np.abs(a @ v - v * np.asarray(w)).max() < _tol(np.float64, n) * np.abs(w).max()
