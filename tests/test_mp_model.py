@@ -214,3 +214,21 @@ def test_inside_shard_map(kind, b_rows):
     v = np.asarray(vh).conj().T
     assert np.abs(a @ v - v * np.asarray(w)).max() < 1e-10
 
+
+
+@pytest.mark.parametrize("kind", ["2", "2x2"])
+def test_lstsq_derivatives(kind):
+    mesh, rng = _mesh(kind), np.random.default_rng(14)
+    a = helpers.random_matrix(rng, 40, np.complex128, 24)
+    b = helpers.random_matrix(rng, 40, np.complex128, 2)
+    w = helpers.random_matrix(rng, 24, np.complex128, 2)
+    A, kw = _put(a, mesh)
+
+    def loss(x, y, backend):
+        return jnp.real(jnp.sum(w * jaxmg.lstsq(x, y, backend=backend, **kw)))
+
+    with jax.set_mesh(mesh):
+        got = jax.grad(loss, argnums=(0, 1))(A, b, "mp")
+        want = jax.grad(loss, argnums=(0, 1))(A, b, "jax")
+    for g1, g2 in zip(got, want):
+        assert _err(g1, g2) < 1e-9

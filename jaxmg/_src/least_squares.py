@@ -8,6 +8,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import collective, distribution as dist
@@ -81,10 +82,36 @@ def _lstsq(a, b, *, placement, engine):
         whole = dist.constrain(a, placement, P())
         x = jnp.linalg.lstsq(whole, dist.constrain(b, placement, P()))[0]
         return x, jnp.int32(0)
+    x, info = _mp_lstsq(a, b, placement)
+    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype)), info
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
+def _mp_lstsq(a, b, placement):
     from jaxmg._src import mp
 
-    x, info = mp.gels(a, b, placement)
-    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype)), info
+    return mp.gels(a, b, placement)
+
+
+@_mp_lstsq.defjvp
+def _mp_lstsq_jvp(placement, primals, tangents):
+    # The normal equations' derivative, A^H A dx = dA^H (b - A x) + A^H (db - dA x),
+    # solved with A^H A = R^H R from the QR.
+    from jaxmg._src import mp
+    from jaxmg._src.polar import _ct, _mm
+
+    (a, b), (da, db) = primals, tangents
+    q, r, info = mp.qr(a, placement)
+    rows = P(placement.axis, None)
+    qhb = _mm(_ct(q), dist.constrain(b, placement, P()), placement, P())
+    x = jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
+    da = dist.constrain_result(da, placement, rows)
+    res = dist.constrain(b, placement, P()) - _mm(a, x, placement, P())
+    rhs = _mm(_ct(da), res, placement, P()) + _mm(
+        _ct(a), dist.constrain(db, placement, P()) - _mm(da, x, placement, P()), placement, P())
+    y = jax.scipy.linalg.solve_triangular(r, rhs, lower=False, trans="C")
+    dx = jax.scipy.linalg.solve_triangular(r, y, lower=False)
+    return (x, info), (dx, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 
 def qr(a, *, mesh=None, spec=None, backend="auto", return_info=False):
