@@ -9,12 +9,15 @@ Usage, from the repository root after `bazel build //xla_ext:libjaxmg_ffi.so`:
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --routines potrs --largest --largest-budget 300
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --peer-path /opt/jaxmg-0.0.8
     PYTHONPATH=. .venv/bin/python tools/benchmark.py --mp --routines potrs lu syevd --mp-tile 256
+    # 2-D versus 1-D process grids for cuSOLVERMp on 8 GPUs:
+    PYTHONPATH=. .venv/bin/python tools/benchmark.py --routines potrs syevd lu --grids 8x1 4x2 2x4 \\
+        --mp --sizes 32768 65536
 
     # CPU smoke test on two forced host devices:
     XLA_FLAGS=--xla_force_host_platform_device_count=2 JAX_PLATFORMS=cpu PYTHONPATH=. \\
         .venv/bin/python tools/benchmark.py --sizes 256 512 --dtypes float32 --repeats 2 --out /tmp/bench
 
-For every routine x dtype x N x device count it times these implementations:
+For every routine x dtype x N x device count (or grid) it times these implementations:
 
     jaxmg (auto)     jaxmg.<routine>(a, ..., tile_size=TILE): the library picks its engine
                      (JAX's own solver on one GPU or below a crossover N, else cuSOLVERMg).
@@ -57,7 +60,17 @@ recorded likewise. float64 and complex128 turn on jax_enable_x64 in the workers 
 script's choice). --mem-fraction sets XLA_PYTHON_CLIENT_MEM_FRACTION for the workers
 (JAX's pool is 75% of each GPU by default; cuSOLVERMg's workspace comes from that pool).
 
---largest: after the table, for potrs with jaxmg (mg) on the largest device count and
+--grids RxC [RxC ...] (instead of --devices): each grid replaces a device count. A is built
+the same way but in blocks P("r", "c") over jax.make_mesh((R, C), ("r", "c")) of the first
+R*C devices (b replicated), and every implementation gets that A (jax native still copies
+it to one device); with backend="mp" an R x C mesh runs on an R x C process grid (a 1-D
+mesh on 1 x D), so e.g. --grids 8x1 4x2 2x4 compares 1-D and 2-D grids on 8 GPUs. The
+residual checks then sum each block's product on the host. A grid needing more devices
+than are visible is recorded as skipped ("skip" in the table) with the reason. Records
+carry "grid": "RxC", the table a grid column and the plot's labels the grid; without
+--grids there is no grid field or column.
+
+--largest: after the table, for potrs with jaxmg (mg) on the largest device count (or grid) and
 each dtype, N doubles from the largest --sizes value until a call fails (out of memory,
 or any other error), then the gap is bisected in steps of 8192. A size the table measured
 (it ran, or ran out of memory) is taken from there; every other trial is one call with no
@@ -146,6 +159,20 @@ class Task:
     n: int
     devices: int  # devices the implementation uses (1 for jax native)
     impl: str
+    grid: str | None = None  # "RxC" with --grids: A in blocks P("r", "c") over an R x C mesh
+
+
+def grid_shape(grid: str) -> tuple[int, int]:
+    r, c = grid.lower().split("x")
+    return int(r), int(c)
+
+
+def record_key(r: dict[str, Any]) -> tuple:
+    return r["routine"], r["dtype"], r["n"], r["devices"], r["impl"], r.get("grid")
+
+
+def unit_name(d: int, grid: str | None) -> str:
+    return grid or f"{d}dev"
 
 
 # ---------------------------------------------------------------------------
@@ -308,11 +335,18 @@ class Bench:
 
     # -- inputs -----------------------------------------------------------
 
-    def mesh(self, n_devices: int):
+    def sharding(self, n_devices: int, grid: str | None = None):
+        """A's sharding: rows P("x", None) over a 1-D mesh of the first n_devices, or
+        blocks P("r", "c") over an R x C mesh of the first R*C devices."""
+        import jax
         import numpy as np
-        from jax.sharding import Mesh
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-        return Mesh(np.array(self.devices[:n_devices]), ("x",))
+        if grid:
+            r, c = grid_shape(grid)
+            mesh = jax.make_mesh((r, c), ("r", "c"), devices=self.devices[:r * c])
+            return NamedSharding(mesh, P("r", "c"))
+        return NamedSharding(Mesh(np.array(self.devices[:n_devices]), ("x",)), P("x", None))
 
     def memory(self, n_devices: int) -> tuple[int, int]:
         """(one device's memory, the memory of n_devices together)."""
@@ -332,15 +366,14 @@ class Bench:
         reason = too_big(n, np.dtype(dtype).itemsize, total, self.on_cpu)
         return (0, reason) if reason else (1, None)
 
-    def make_inputs(self, routine: str, n: int, dtype: str, mesh, count: int) -> list[tuple]:
-        """`count` (A, b) pairs built where they live: A row-sharded, b replicated."""
+    def make_inputs(self, routine: str, n: int, dtype: str, sharding, count: int) -> list[tuple]:
+        """`count` (A, b) pairs built where they live: A with `sharding`, b replicated."""
         import jax
         from jax.sharding import NamedSharding, PartitionSpec as P
 
-        rows = NamedSharding(mesh, P("x", None))
-        replicated = NamedSharding(mesh, P())
+        replicated = NamedSharding(sharding.mesh, P())
         kind = {"syevd": "wigner", "lu": "general"}.get(routine, "spd")
-        make_a = jax.jit(lambda seed: test_matrix(n, dtype, kind, seed), out_shardings=rows)
+        make_a = jax.jit(lambda seed: test_matrix(n, dtype, kind, seed), out_shardings=sharding)
         make_b = jax.jit(lambda key: jax.random.normal(key, (n, 1), dtype), out_shardings=replicated)
         inputs = []
         for i in range(count):
@@ -363,16 +396,15 @@ class Bench:
 
     # -- implementations ----------------------------------------------------
 
-    def implementation(self, task: Task, inputs: list[tuple], mesh) -> "Impl":
+    def implementation(self, task: Task, inputs: list[tuple], sharding) -> "Impl":
         if task.impl in (NATIVE, NATIVE_INV):
             return self.native(task, inputs)
         if task.impl == PEER:
-            return self.peer(task, inputs, mesh)
-        return self.ours(task, inputs, mesh)
+            return self.peer(task, inputs, sharding)
+        return self.ours(task, inputs, sharding)
 
-    def ours(self, task: Task, inputs: list[tuple], mesh) -> "Impl":
+    def ours(self, task: Task, inputs: list[tuple], sharding) -> "Impl":
         import jax
-        from jax.sharding import PartitionSpec as P
 
         jaxmg = self.lib
         backend = BACKEND[task.impl]
@@ -385,7 +417,7 @@ class Bench:
         if donate:
             kw["donate"] = True
         if task.impl == MG_JIT:
-            kw.update(mesh=mesh, spec=P("x", None))
+            kw.update(mesh=sharding.mesh, spec=sharding.spec)
         if task.routine == "potrs":
             fn = lambda a, b: jaxmg.potrs(a, b, **kw)
         elif task.routine == "lu":
@@ -438,13 +470,18 @@ class Bench:
         import jax.numpy as jnp
         import jax.scipy.linalg as jsl
         import numpy as np
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
         device = self.devices[0]
         one, _ = self.memory(1)
         matrix = task.n * task.n * np.dtype(task.dtype).itemsize
         # One device holds the copies: rotate only where they leave room to work.
         count = len(inputs) if (len(inputs) + 3) * matrix <= 0.9 * one else 1
-        local = [tuple(jax.device_put(x, device) for x in pair) for pair in inputs[:count]]
+        target = device
+        if jax.sharding.AxisType.Explicit in inputs[0][0].sharding.mesh.axis_types:
+            # A's type keeps an explicit mesh's sharding through device_put(x, device).
+            target = NamedSharding(Mesh(np.array([device]), ("x",)), P())
+        local = [tuple(jax.device_put(x, target) for x in pair) for pair in inputs[:count]]
         if task.routine == "potrs":
             fn = jax.jit(lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b))
         elif task.routine == "lu":
@@ -461,7 +498,7 @@ class Bench:
             residual=lambda k, out: check(task.routine, local[k % count], out),
         )
 
-    def peer(self, task: Task, inputs: list[tuple], mesh) -> "Impl":
+    def peer(self, task: Task, inputs: list[tuple], sharding) -> "Impl":
         """JAXMg 0.0.8: positional (a, [b,] T_A, mesh, spec); it donates its inputs."""
         import jax
         import jax.numpy as jnp
@@ -471,7 +508,8 @@ class Bench:
         t_a = max(1, min(self.settings["tile"], task.n // task.devices))
         copy = jax.jit(lambda a, b: (jnp.copy(a), jnp.copy(b)))
         # Some JAXMg versions take potrs's specs as (spec_a, spec_b): tried second.
-        spec_choices = [P("x", None), (P("x", None), P(None, None))]
+        mesh = sharding.mesh
+        spec_choices = [sharding.spec, (sharding.spec, P(None, None))]
         state = {"spec": None}
 
         def call_with(spec, a, b):
@@ -611,21 +649,19 @@ def host_select(arr, rows=None, cols=None):
     return out
 
 
-def _row_chunks(a) -> Iterator[tuple[int, Any, Any]]:
-    """(first row, device, chunk): each row of A once, in single-device chunks."""
+def _row_chunks(a) -> Iterator[tuple[int, tuple[int, int], Any, Any]]:
+    """(first row, (first column, end column), device, chunk): each entry of A once,
+    in single-device chunks of whole rows of its block."""
     import jax
 
-    n_cols = a.shape[1]
-    rows_per_chunk = max(1, CHECK_CHUNK_BYTES // (n_cols * a.dtype.itemsize))
     for shard in _unique_shards(a):
         (r0, r1), (c0, c1) = _bounds(shard, a.shape)
-        if (c0, c1) != (0, n_cols):
-            raise ValueError("the residual checks need A sharded by rows only")
+        rows_per_chunk = max(1, CHECK_CHUNK_BYTES // ((c1 - c0) * a.dtype.itemsize))
         rows = r1 - r0
         for start in range(0, rows, rows_per_chunk):
             size = min(rows_per_chunk, rows - start)
             chunk = shard.data if size == rows else jax.lax.dynamic_slice_in_dim(shard.data, start, size)
-            yield r0 + start, shard.device, chunk
+            yield r0 + start, (c0, c1), shard.device, chunk
 
 
 @functools.cache
@@ -640,16 +676,39 @@ def _chunk_terms():
     return jax.jit(terms)
 
 
+@functools.cache
+def _chunk_product():
+    import jax
+    import jax.numpy as jnp
+
+    def product(chunk, v):
+        return jnp.matmul(chunk, v, precision=jax.lax.Precision.HIGHEST), jnp.sum(jnp.abs(chunk) ** 2)
+
+    return jax.jit(product)
+
+
 def product_residual(a, v, target) -> tuple[Any, float]:
     """For A (N, N) on the devices, V (N, k) and target(r0, r1) -> (r1 - r0, k) on the
     host: (per column, sum over rows of |A V - target|^2; ||A||_F^2)."""
     import jax
     import numpy as np
 
-    terms = _chunk_terms()
     on_device: dict[Any, Any] = {}
     columns, a_squared = np.zeros(v.shape[1]), 0.0
-    for r0, device, chunk in _row_chunks(a):
+    if any(_bounds(s, a.shape)[1] != (0, a.shape[1]) for s in _unique_shards(a)):
+        # A in blocks (--grids): each block's A[rows, cols] V[cols], summed on the host.
+        product = _chunk_product()
+        av = np.zeros((a.shape[0], v.shape[1]), dtype=np.result_type(a.dtype, np.float64))
+        for r0, (c0, c1), device, chunk in _row_chunks(a):
+            if (device, c0) not in on_device:
+                on_device[device, c0] = jax.device_put(v[c0:c1].astype(a.dtype), device)
+            part, a_sq = product(chunk, on_device[device, c0])
+            av[r0:r0 + chunk.shape[0]] += np.asarray(part)
+            a_squared += float(a_sq)
+        columns = np.sum(np.abs(av - np.asarray(target(0, a.shape[0]))) ** 2, axis=0)
+        return columns, a_squared
+    terms = _chunk_terms()
+    for r0, _, device, chunk in _row_chunks(a):
         if device not in on_device:
             on_device[device] = jax.device_put(v.astype(a.dtype), device)
         want = np.asarray(target(r0, r0 + chunk.shape[0]), dtype=a.dtype)
@@ -797,7 +856,7 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
               settings: dict[str, Any]) -> None:
     """Measures every task of one problem on shared inputs."""
     n_devices = max(t.devices for t in tasks)
-    mesh = bench.mesh(n_devices)
+    sharding = bench.sharding(n_devices, next((t.grid for t in tasks if t.grid), None))
     n_inputs, skip = bench.input_count(n, dtype, n_devices)
     if settings["repeats"] == 1 and not settings.get("warmup", True):
         n_inputs = min(n_inputs, 1)  # one call in all (--largest): one input is enough
@@ -806,7 +865,7 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
             emit(event="result", id=task.id, status="oom", error=skip, attempted=False)
         return
     try:
-        inputs = bench.make_inputs(routine, n, dtype, mesh, n_inputs)
+        inputs = bench.make_inputs(routine, n, dtype, sharding, n_inputs)
     except Exception as exc:
         result = error_result(exc, "inputs: ")
         for task in tasks:
@@ -816,13 +875,13 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
         return
     for task in tasks:
         emit(event="start", id=task.id)
-        emit(event="result", id=task.id, **run_task(bench, task, inputs, mesh, n_inputs, settings))
+        emit(event="result", id=task.id, **run_task(bench, task, inputs, sharding, n_inputs, settings))
         gc.collect()
     del inputs
     gc.collect()
 
 
-def run_task(bench: Bench, task: Task, inputs: list[tuple], mesh, n_inputs: int,
+def run_task(bench: Bench, task: Task, inputs: list[tuple], sharding, n_inputs: int,
              settings: dict[str, Any]) -> dict[str, Any]:
     import numpy as np
 
@@ -837,7 +896,7 @@ def run_task(bench: Bench, task: Task, inputs: list[tuple], mesh, n_inputs: int,
                     "error": f"not attempted: {copies} copies of A ({copies * matrix / 2**30:.1f} "
                              f"GiB) exceed {share:.0%} of one device ({one / 2**30:.1f} GiB)"}
     try:
-        impl = bench.implementation(task, inputs, mesh)
+        impl = bench.implementation(task, inputs, sharding)
         measured = time_impl(impl, n_inputs, settings["repeats"], settings["budget_s"],
                              settings.get("warmup", True))
         return summarise(task, measured, impl, n_inputs, task.dtype)
@@ -860,8 +919,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="matrix orders (default: %(default)s)")
     parser.add_argument("--dtypes", nargs="+", choices=DTYPES, default=["float32", "float64"],
                         metavar="T", help=f"{', '.join(DTYPES)} (default: float32 float64)")
-    parser.add_argument("--devices", nargs="+", type=int, metavar="D",
-                        help="device counts to run jaxmg on (default: all visible devices)")
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--devices", nargs="+", type=int, metavar="D",
+                       help="device counts to run jaxmg on (default: all visible devices)")
+    where.add_argument("--grids", nargs="+", type=grid_arg, metavar="RxC",
+                       help="instead of device counts: R x C meshes of the first R*C devices, "
+                            "A in blocks P(\"r\", \"c\") (e.g. 8x1 4x2 2x4)")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls after the warm-up (default 5)")
     parser.add_argument("--tile", type=int, default=1024,
                         help="block-cyclic tile T_A for jaxmg and JAXMg (default 1024)")
@@ -908,14 +971,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.routines = [r for r in ROUTINES if r in args.routines]  # fixed order, no repeats
     args.sizes = sorted(set(args.sizes))
     args.dtypes = [t for t in DTYPES if t in args.dtypes]
+    if args.grids:
+        args.grids = list(dict.fromkeys(args.grids))  # the order given, no repeats
     return args
 
 
-def plan_tasks(args: argparse.Namespace, device_counts: list[int]) -> list[tuple[str, int, list[Task]]]:
-    """Tasks in the order they run, grouped by worker: (kind, devices, tasks)."""
+def grid_arg(text: str) -> str:
+    match = re.fullmatch(r"(\d+)x(\d+)", text.strip().lower())
+    if not match or int(match[1]) < 1 or int(match[2]) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a grid RxC such as 4x2")
+    return f"{int(match[1])}x{int(match[2])}"
+
+
+def plan_tasks(args: argparse.Namespace, units: list[tuple[int, str | None]],
+               visible: int) -> list[tuple[str, int, str | None, list[Task]]]:
+    """Tasks in the order they run, grouped by worker: (kind, devices, grid, tasks).
+    units: (device count, None) per --devices count, or (R*C, "RxC") per --grids grid."""
     ids = itertools.count(1)
     plan = []
-    for d in device_counts:
+    native_unit = next((u for u in units if u[0] <= visible), None)
+    for d, grid in units:
         ours: list[Task] = []
         peer: list[Task] = []
         for routine, dtype, n in itertools.product(args.routines, args.dtypes, args.sizes):
@@ -925,17 +1000,17 @@ def plan_tasks(args: argparse.Namespace, device_counts: list[int]) -> list[tuple
             if args.per_call_overhead and n == OVERHEAD_N:
                 impls.append(MG_JIT)
             for impl in impls:
-                ours.append(Task(next(ids), routine, dtype, n, d, impl))
-            if d == device_counts[0]:  # jax native is one-device: measured once
+                ours.append(Task(next(ids), routine, dtype, n, d, impl, grid))
+            if (d, grid) == native_unit:  # jax native is one-device: measured once
                 for impl in (NATIVE, NATIVE_INV) if routine == "potri" else (NATIVE,):
                     ours.append(Task(next(ids), routine, dtype, n, 1, impl))
-        plan.append(("ours", d, ours))
+        plan.append(("ours", d, grid, ours))
         if args.peer_path:
             for routine, dtype, n in itertools.product(args.routines, args.dtypes, args.sizes):
                 if routine in PEER_ROUTINES:
-                    peer.append(Task(next(ids), routine, dtype, n, d, PEER))
+                    peer.append(Task(next(ids), routine, dtype, n, d, PEER, grid))
             if peer:
-                plan.append(("peer", d, peer))
+                plan.append(("peer", d, grid, peer))
     return plan
 
 
@@ -1089,7 +1164,8 @@ def git_commit() -> dict[str, Any]:
 
 
 def progress_line(index: int, total: int, task: Task, record: dict[str, Any]) -> str:
-    head = f"[{index}/{total}] {task.routine} {task.dtype} N={task.n} devices={task.devices} {task.impl}:"
+    grid = f" grid={task.grid}" if task.grid else ""
+    head = f"[{index}/{total}] {task.routine} {task.dtype} N={task.n} devices={task.devices}{grid} {task.impl}:"
     status = record["status"]
     if status in ("error", "skipped", "oom"):
         return f"{head} {'OOM' if status == 'oom' else status}: {record.get('error')}"
@@ -1116,14 +1192,15 @@ def format_ms(ms: float) -> str:
     return f"{ms:.2f}" if ms >= 1 else f"{ms:.3f}"
 
 
-def build_table(records: list[dict[str, Any]], device_counts: list[int],
+def build_table(records: list[dict[str, Any]], units: list[tuple[int, str | None]],
                 args: argparse.Namespace) -> tuple[str, list[str]]:
     """The summary table and its footnotes (errors are numbered E1, E2, ...)."""
-    by_key = {(r["routine"], r["dtype"], r["n"], r["devices"], r["impl"]): r for r in records}
+    by_key = {record_key(r): r for r in records}
     impls = [i for i in TABLE_IMPLS
              if (i != NATIVE_INV or "potri" in args.routines) and (i != PEER or args.peer_path)
              and (i != MP or args.mp)]
-    header = ["routine", "dtype", "N", "dev"] + impls + ["auto engine", "auto/native"]
+    header = ["routine", "dtype", "N", "dev"] + (["grid"] if args.grids else []) + impls + [
+        "auto engine", "auto/native"]
     rows, errors = [], []
 
     def cell(record: dict[str, Any] | None) -> str:
@@ -1138,11 +1215,12 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
             return f"E{len(errors)}"
         return format_ms(record["median_ms"]) + ("!" if record["status"] == "failed" else "")
 
-    for routine, dtype, n, d in itertools.product(args.routines, args.dtypes, args.sizes, device_counts):
+    for routine, dtype, n, (d, grid) in itertools.product(args.routines, args.dtypes, args.sizes, units):
         found = {}
         for impl in impls:
             one_device = impl in (NATIVE, NATIVE_INV)
-            found[impl] = by_key.get((routine, dtype, n, 1 if one_device else d, impl))
+            found[impl] = by_key.get((routine, dtype, n, 1, impl, None) if one_device
+                                     else (routine, dtype, n, d, impl, grid))
         if routine != "potri":
             found.pop(NATIVE_INV, None)
         cells = {i: cell(found.get(i)) for i in impls}
@@ -1155,7 +1233,8 @@ def build_table(records: list[dict[str, Any]], device_counts: list[int],
         if auto and native and auto.get("median_ms") and native.get("median_ms"):
             ratio = f"{auto['median_ms'] / native['median_ms']:.2f}"
         engine = (auto or {}).get("engine") or "-"
-        rows.append([routine, dtype, str(n), str(d)] + [cells[i] for i in impls] + [engine, ratio])
+        rows.append([routine, dtype, str(n), str(d)] + ([grid] if args.grids else [])
+                    + [cells[i] for i in impls] + [engine, ratio])
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
     lines = ["  ".join(h.rjust(w) if i >= 2 else h.ljust(w) for i, (h, w) in enumerate(zip(header, widths)))]
     lines.append("  ".join("-" * w for w in widths))
@@ -1185,6 +1264,12 @@ def table_notes(records: list[dict[str, Any]], args: argparse.Namespace, errors:
             + (", donate=True" if args.donate else "")
             + "; its effective block is the record's \"tile\" in benchmark.json. "
             "It has no potri (n/a).")
+    if args.grids:
+        notes.append(
+            "grid RxC: A in blocks P(\"r\", \"c\") over jax.make_mesh((R, C), (\"r\", \"c\")) of "
+            "the first R*C devices (b replicated); jaxmg (mp) runs on an R x C process grid."
+            + (" skip = the grid needs more devices than are visible."
+               if any(r["status"] == "skipped" for r in records) else ""))
     if "lu" in args.routines:
         notes.append("lu = lu_factor + lu_solve of a non-symmetric A (jax native: "
                      "jax.scipy.linalg.lu_factor + lu_solve)"
@@ -1201,18 +1286,19 @@ def table_notes(records: list[dict[str, Any]], args: argparse.Namespace, errors:
     return notes
 
 
-def overhead_lines(records: list[dict[str, Any]], device_counts: list[int],
+def overhead_lines(records: list[dict[str, Any]], units: list[tuple[int, str | None]],
                    args: argparse.Namespace) -> list[str]:
-    by_key = {(r["routine"], r["dtype"], r["n"], r["devices"], r["impl"]): r for r in records}
+    by_key = {record_key(r): r for r in records}
     lines = [f"Per-call overhead at N={OVERHEAD_N}: jaxmg (mg) called eagerly vs inside jax.jit "
              "(median ms)"]
-    for routine, dtype, d in itertools.product(args.routines, args.dtypes, device_counts):
-        eager = by_key.get((routine, dtype, OVERHEAD_N, d, MG), {}).get("median_ms")
-        jitted = by_key.get((routine, dtype, OVERHEAD_N, d, MG_JIT), {}).get("median_ms")
+    for routine, dtype, (d, grid) in itertools.product(args.routines, args.dtypes, units):
+        eager = by_key.get((routine, dtype, OVERHEAD_N, d, MG, grid), {}).get("median_ms")
+        jitted = by_key.get((routine, dtype, OVERHEAD_N, d, MG_JIT, grid), {}).get("median_ms")
+        where = f"grid={grid}" if grid else f"dev={d}"
         if eager is None or jitted is None:
-            lines.append(f"  {routine} {dtype} dev={d}: not measured")
+            lines.append(f"  {routine} {dtype} {where}: not measured")
             continue
-        lines.append(f"  {routine} {dtype} dev={d}: eager {format_ms(eager)}, jit {format_ms(jitted)}, "
+        lines.append(f"  {routine} {dtype} {where}: eager {format_ms(eager)}, jit {format_ms(jitted)}, "
                      f"difference {1e3 * (eager - jitted):+.0f} us")
     return lines
 
@@ -1226,24 +1312,26 @@ def plot(records: list[dict[str, Any]], args: argparse.Namespace, path: pathlib.
         import matplotlib.ticker
     except ImportError:
         return "matplotlib is not installed: no plot written"
-    multi = len({r["devices"] for r in records if r["impl"] not in (NATIVE, NATIVE_INV)}) > 1
+    multi = len({(r["devices"], r.get("grid")) for r in records
+                 if r["impl"] not in (NATIVE, NATIVE_INV)}) > 1
     fig, axes = plt.subplots(1, len(args.routines), figsize=(6 * len(args.routines), 4.8), squeeze=False)
     styles = ["-", "--", ":", "-."]
     markers = "osD^v<>p*h"
-    # One colour and marker per implementation and device count, the same in every panel.
-    labels = sorted({(r["impl"], r["devices"]) for r in records if r["impl"] != MG_JIT})
+    # One colour and marker per implementation and device count (or grid), the same in every panel.
+    labels = sorted({(r["impl"], r["devices"], r.get("grid") or "") for r in records if r["impl"] != MG_JIT})
     for ax, routine in zip(axes[0], args.routines):
-        series: dict[tuple[str, str, int], list[tuple[int, float]]] = {}
+        series: dict[tuple[str, str, int, str], list[tuple[int, float]]] = {}
         for r in records:
             if r["routine"] == routine and r["impl"] != MG_JIT and r.get("median_ms") is not None:
-                series.setdefault((r["impl"], r["dtype"], r["devices"]), []).append((r["n"], r["median_ms"]))
-        for (impl, dtype, d), points in sorted(series.items()):
+                key = (r["impl"], r["dtype"], r["devices"], r.get("grid") or "")
+                series.setdefault(key, []).append((r["n"], r["median_ms"]))
+        for (impl, dtype, d, grid), points in sorted(series.items()):
             points.sort()
-            colour = f"C{labels.index((impl, d)) % 10}"
-            label = impl + (f" {d} dev" if multi and impl not in (NATIVE, NATIVE_INV) else "") + f" {dtype}"
-            ax.plot([p[0] for p in points], [p[1] for p in points], color=colour,
+            index = labels.index((impl, d, grid))
+            where = f" {grid}" if grid else f" {d} dev" if multi and impl not in (NATIVE, NATIVE_INV) else ""
+            ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{index % 10}",
                     linestyle=styles[args.dtypes.index(dtype) % len(styles)],
-                    marker=markers[labels.index((impl, d)) % len(markers)], label=label)
+                    marker=markers[index % len(markers)], label=impl + where + f" {dtype}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sorted(args.sizes), [str(n) for n in sorted(args.sizes)])
@@ -1265,7 +1353,7 @@ def plot(records: list[dict[str, Any]], args: argparse.Namespace, path: pathlib.
 ITEMSIZE = {"float32": 4, "float64": 8, "complex64": 8, "complex128": 16}
 
 
-def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: list[int],
+def find_largest(args: argparse.Namespace, info: dict[str, Any], units: list[tuple[int, str | None]],
                  records: list[dict[str, Any]], settings: dict[str, Any],
                  out: pathlib.Path) -> list[dict[str, Any]]:
     """--largest: per dtype, the largest N at which jaxmg (mg) potrs runs on the most devices.
@@ -1276,13 +1364,15 @@ def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: 
     call (no warm-up, so its time includes compiling) in a fresh worker; trials whose A
     alone cannot fit are not run. The
     dtypes share --largest-budget seconds; a trial still running when its share is
-    spent is killed, and the search reports what it found so far."""
-    d = max(device_counts)
+    spent is killed, and the search reports what it found so far. With --grids: on the
+    first grid of the most devices."""
+    d = max(u[0] for u in units)
+    grid = next(g for u, g in units if u == d)
     on_cpu = info["platform"] == "cpu"
     pool = info["device_memory_bytes"][0] if on_cpu else sum(info["device_memory_bytes"][:d])
     totals = info.get("device_total_bytes")
     physical = pool if on_cpu else (sum(totals[:d]) if totals else None)
-    by_key = {(r["routine"], r["dtype"], r["n"], r["devices"], r["impl"]): r for r in records}
+    by_key = {record_key(r): r for r in records}
     ids = itertools.count(max([r["id"] for r in records], default=0) + 1)
     env = worker_env("ours", d, info, args.mem_fraction)
     trial_settings = {**settings, "repeats": 1, "warmup": False}
@@ -1297,7 +1387,7 @@ def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: 
             """Runs potrs at n: "ok", "fail" (OOM or another error) or "budget"."""
             entry: dict[str, Any] = {"n": n, "matrix_bytes": n * n * itemsize}
             reason = too_big(n, itemsize, pool, on_cpu)  # as the worker would decide
-            known = by_key.get(("potrs", dtype, n, d, MG))
+            known = by_key.get(("potrs", dtype, n, d, MG, grid))
             if known and (known["status"] == "ok" or (known["status"] == "oom"
                                                       and known.get("attempted", True))):
                 entry.update(from_table=True, **{k: known[k] for k in (
@@ -1309,11 +1399,11 @@ def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: 
             elif time.monotonic() >= share_end:
                 return "budget"
             else:
-                task = Task(next(ids), "potrs", dtype, n, d, MG)
+                task = Task(next(ids), "potrs", dtype, n, d, MG, grid)
                 result: dict[str, Any] = {"status": "error", "error": "no result"}
                 started = time.monotonic()
                 for event in run_worker("ours", [task], trial_settings, env,
-                                        out / "logs" / f"largest-{d}dev.log", args.task_timeout,
+                                        out / "logs" / f"largest-{unit_name(d, grid)}.log", args.task_timeout,
                                         deadline=share_end):
                     if event["event"] == "result":
                         result = event
@@ -1325,7 +1415,7 @@ def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: 
                 if "time budget ran out" in str(result.get("error")):
                     entry["status"] = "budget"
             trials.append(entry)
-            line = f"--largest {dtype} N={n} devices={d}: "
+            line = f"--largest {dtype} N={n} devices={d}" + (f" grid={grid}: " if grid else ": ")
             if entry["status"] == "ok":
                 line += f"ran, first call {entry['median_ms'] / 1e3:.1f} s (incl. compile)"
             else:
@@ -1366,7 +1456,8 @@ def find_largest(args: argparse.Namespace, info: dict[str, Any], device_counts: 
         bound = next((t for t in trials if t["n"] == hi), None) if hi is not None else None
         matrix = lo * lo * itemsize
         found.append({
-            "dtype": dtype, "devices": d, "impl": MG, "largest_n": lo or None,
+            "dtype": dtype, "devices": d, **({"grid": grid} if grid else {}), "impl": MG,
+            "largest_n": lo or None,
             "matrix_bytes": matrix,
             "fraction_of_total_memory": matrix / physical if physical else None,
             "fraction_of_jax_pool": matrix / pool,
@@ -1385,7 +1476,8 @@ def largest_lines(found: list[dict[str, Any]], args: argparse.Namespace, on_cpu:
     if not found:
         return []
     memory = "host memory" if on_cpu else "total GPU memory"
-    lines = [f"Largest N for potrs, jaxmg (mg) on {found[0]['devices']} device(s) (one call per "
+    grid = f" (grid {found[0]['grid']})" if found[0].get("grid") else ""
+    lines = [f"Largest N for potrs, jaxmg (mg) on {found[0]['devices']} device(s){grid} (one call per "
              f"trial, steps of {LARGEST_STEP}, budget {args.largest_budget:.0f} s):"]
     for f in found:
         head = f"  {f['dtype']}: "
@@ -1437,31 +1529,44 @@ def main(argv: list[str] | None = None) -> None:
     scratch.rmdir()
 
     visible = info["device_count"]
-    device_counts = sorted(set(args.devices or [visible]))
-    if any(d > visible or d < 1 for d in device_counts):
-        print(f"note: only {visible} device(s) visible; dropping --devices "
-              f"{[d for d in device_counts if d > visible or d < 1]}", flush=True)
-        device_counts = [d for d in device_counts if 1 <= d <= visible] or [visible]
+    if args.grids:
+        units = [(math.prod(grid_shape(g)), g) for g in args.grids]
+        where = f"grids {' '.join(args.grids)}"
+        if any(d > visible for d, _ in units):
+            where += f" ({', '.join(g for d, g in units if d > visible)} skipped: too few devices)"
+    else:
+        device_counts = sorted(set(args.devices or [visible]))
+        if any(d > visible or d < 1 for d in device_counts):
+            print(f"note: only {visible} device(s) visible; dropping --devices "
+                  f"{[d for d in device_counts if d > visible or d < 1]}", flush=True)
+            device_counts = [d for d in device_counts if 1 <= d <= visible] or [visible]
+        units = [(d, None) for d in device_counts]
+        where = f"devices {device_counts}"
+    runnable = [u for u in units if u[0] <= visible]
     print(f"{visible} x {info['device_kinds'][0]} ({info['platform']}), jax {info['jax_version']}; "
-          f"devices {device_counts}; output {out}", flush=True)
+          f"{where}; output {out}", flush=True)
 
     settings = {"tile": args.tile, "mp": args.mp, "mp_tile": args.mp_tile,
                 "repeats": args.repeats, "budget_s": args.budget,
                 "peer_path": str(args.peer_path.resolve()) if args.peer_path else None,
                 "mem_fraction": args.mem_fraction, "donate": args.donate}
-    plan = plan_tasks(args, device_counts)
-    tasks = {t.id: t for _, _, group in plan for t in group}
+    plan = plan_tasks(args, units, visible)
+    tasks = {t.id: t for *_, group in plan for t in group}
     total, done = len(tasks), 0
     records: list[dict[str, Any]] = []
     libraries: dict[str, Any] = {}
     deadline = time.monotonic() + args.wall_budget if args.wall_budget else None
-    for kind, d, group in plan:
+    for kind, d, grid, group in plan:
         env = worker_env(kind, d, info, args.mem_fraction)
-        if deadline is not None and time.monotonic() >= deadline:
+        if d > visible:
+            events = ({"event": "result", "id": t.id, "status": "skipped", "attempted": False,
+                       "error": f"not attempted: grid {grid} needs {d} devices, {visible} visible"}
+                      for t in group)
+        elif deadline is not None and time.monotonic() >= deadline:
             events = ({"event": "result", "id": t.id, "status": "error",
                        "error": "--wall-budget ran out: not run"} for t in group)
         else:
-            events = run_worker(kind, group, settings, env, out / "logs" / f"{kind}-{d}dev.log",
+            events = run_worker(kind, group, settings, env, out / "logs" / f"{kind}-{unit_name(d, grid)}.log",
                                 args.task_timeout, deadline=deadline)
         for event in events:
             if event["event"] == "library":
@@ -1471,21 +1576,25 @@ def main(argv: list[str] | None = None) -> None:
             done += 1
             task = tasks[event["id"]]
             record = {**dataclasses.asdict(task), **{k: v for k, v in event.items() if k != "event"}}
+            if record["grid"] is None:
+                del record["grid"]
             records.append(record)
             print(progress_line(done, total, task, record), flush=True)
 
     records.sort(key=lambda r: r["id"])
-    table, errors = build_table(records, device_counts, args)
+    table, errors = build_table(records, units, args)
     notes = table_notes(records, args, errors)
     print("\n" + table + "\n")
     for note in notes:
         print(note)
     if args.per_call_overhead:
-        print("\n" + "\n".join(overhead_lines(records, device_counts, args)))
+        print("\n" + "\n".join(overhead_lines(records, units, args)))
     largest: list[dict[str, Any]] = []
-    if args.largest:
+    if args.largest and not runnable:
+        print("\n--largest: no grid fits the visible devices: no search", flush=True)
+    elif args.largest:
         print(f"\n--largest: searching for up to {args.largest_budget:.0f} s", flush=True)
-        largest = find_largest(args, info, device_counts, records, settings, out)
+        largest = find_largest(args, info, runnable, records, settings, out)
         print("\n" + "\n".join(largest_lines(largest, args, info["platform"] == "cpu")))
 
     report = {
@@ -1495,7 +1604,8 @@ def main(argv: list[str] | None = None) -> None:
         "git": git_commit(),
         "libraries": libraries,
         "settings": {**settings, "routines": args.routines, "sizes": args.sizes, "dtypes": args.dtypes,
-                     "devices": device_counts, "tolerance": "100 * sqrt(N) * eps"},
+                     "devices": [d for d, _ in units], **({"grids": args.grids} if args.grids else {}),
+                     "tolerance": "100 * sqrt(N) * eps"},
         "results": records,
         "largest": largest or None,
         "table": table.splitlines(),
