@@ -1,7 +1,6 @@
 """polar and svd on the cuSOLVERMp engine (backend="mp"): QDWH iterations of
 cuSOLVERMp QRs, then cuSOLVERMp's eigh of the Hermitian factor, on a one-GPU
-mesh and, where the machine has two GPUs, on a two-rank mesh. Every order of
-H is 256, whose N/P is a power of two (older cuSOLVERMp syevd needs it)."""
+mesh and, where the machine has two GPUs, on a two-rank mesh."""
 
 from __future__ import annotations
 
