@@ -352,14 +352,31 @@ def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
     return x[index]
 
 
+def _even(shape, placement: Placement, spec):
+    """spec, or P() where explicit sharding would split a dimension unevenly
+    (it allows no uneven shards)."""
+    if is_explicit(placement):
+        entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+        if any(e is not None and shape[d] % placement.n_devices for d, e in enumerate(entries)):
+            return P()
+    return spec
+
+
 def constrain_result(x, placement: Placement, spec):
     """constrain() for a result: a dimension the devices cannot split evenly
-    stays whole under explicit sharding (which allows no uneven shards)."""
+    stays whole under explicit sharding."""
+    return constrain(x, placement, _even(x.shape, placement, spec))
+
+
+def matmul(x, y, placement: Placement, spec, precision=None):
+    """x @ y with its result sharded as `spec` (explicit sharding needs the
+    output named where both contracted dimensions are sharded); a dimension
+    the devices cannot split evenly stays whole."""
+    mm = functools.partial(jnp.matmul, precision=precision)
     if is_explicit(placement):
-        entries = tuple(spec) + (None,) * (x.ndim - len(spec))
-        if any(e is not None and x.shape[d] % placement.n_devices for d, e in enumerate(entries)):
-            spec = P()
-    return constrain(x, placement, spec)
+        spec = _even((x.shape[0], y.shape[-1]), placement, spec)
+        return mm(x, y, out_sharding=NamedSharding(placement.mesh, spec))
+    return constrain(mm(x, y), placement, spec)
 
 
 def constrain(x, placement: Placement, spec):

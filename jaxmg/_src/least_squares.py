@@ -102,9 +102,8 @@ def _mp_lstsq_jvp(placement, primals, tangents):
 
     (a, b), (da, db) = primals, tangents
     q, r, info = mp.qr(a, placement)
+    x = mp.solve_with_qr(q, r, b, placement)
     rows = P(placement.axis, None)
-    qhb = _mm(_ct(q), dist.constrain(b, placement, P()), placement, P())
-    x = jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
     da = dist.constrain_result(da, placement, rows)
     res = dist.constrain(b, placement, P()) - _mm(a, x, placement, P())
     rhs = _mm(_ct(da), res, placement, P()) + _mm(

@@ -117,14 +117,6 @@ def _keep_rows_sharded(a, layout: Layout):
     return dist.constrain_result(a, layout.placement, layout.row_spec)
 
 
-def _mm(x, y, placement: dist.Placement, spec, n: int):
-    """x @ y with its result sharded as `spec` (explicit sharding needs the
-    output named where both contracted dimensions are sharded)."""
-    if dist.is_explicit(placement):
-        if n % placement.n_devices:
-            spec = P()
-        return jnp.matmul(x, y, out_sharding=NamedSharding(placement.mesh, spec))
-    return dist.constrain(x @ y, placement, spec)
 
 
 def _hermitian_part(x, placement: dist.Placement, n: int):
@@ -445,10 +437,10 @@ def _spd_inverse(config, a):
 @_spd_inverse.defjvp
 def _spd_inverse_jvp(config, primals, tangents):
     (a,), (da,) = primals, tangents
-    placement, n = config[0], a.shape[0]
+    placement = config[0]
     y, info = _spd_inverse(config, a)
     rows = P(placement.axis, None)
-    dy = -_mm(_mm(y, da, placement, rows, n), y, placement, rows, n)
+    dy = -dist.matmul(dist.matmul(y, da, placement, rows), y, placement, rows)
     return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 
@@ -477,13 +469,13 @@ def _eigh_jvp(config, primals, tangents):
     w, v, info = _eigh(config, a)
     # A P("r", "c") input's tangent comes in 2-D blocks; the products want rows.
     da = _hermitian_part(dist.constrain_result(da, placement, rows), placement, n)
-    da_v = _mm(da, v, placement, cols, n)
-    vdag_da_v = _mm(jnp.conj(v).T, da_v, placement, rows, n)
+    da_v = dist.matmul(da, v, placement, cols)
+    vdag_da_v = dist.matmul(jnp.conj(v).T, da_v, placement, rows)
     eye = jnp.eye(n, dtype=w.dtype)
     f = 1 / (eye + w[None, :] - w[:, None]) - eye
     # diag(V^H dA V) column by column: no gather across the sharded rows.
     dw = dist.constrain(jnp.real(jnp.sum(jnp.conj(v) * da_v, axis=0)), placement, P())
-    dv = _mm(v, f.astype(v.dtype) * vdag_da_v, placement, cols, n)
+    dv = dist.matmul(v, f.astype(v.dtype) * vdag_da_v, placement, cols)
     return (w, v, info), (dw, dv, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 

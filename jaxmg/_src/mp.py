@@ -354,9 +354,13 @@ def gels(a, b, placement):
     R^-1 Q^H B from qr(). cuSOLVERMp 0.8's own gels stopped with
     CUSOLVER_STATUS_INTERNAL_ERROR on the H200 at every size tried."""
     q, r, info = qr(a, placement)
+    return solve_with_qr(q, r, b, placement), info
+
+
+def solve_with_qr(q, r, b, placement):
+    """R^-1 Q^H B, replicated."""
     qhb = dist.constrain(jnp.conj(q).T @ dist.constrain(b, placement, P()), placement, P())
-    x = jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
-    return x, info
+    return jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
 
 
 def qr(a, placement, limit=None):

@@ -13,7 +13,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import distribution as dist
 from jaxmg._src.least_squares import _engine
@@ -53,14 +53,9 @@ def _mm(x, y, placement=None, spec=P()):
     result named where both contracted dimensions are sharded)."""
     # f32 products at full precision: TF32 (the GPU default) would cap U's
     # orthogonality near 1e-3.
-    mm = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     if placement is None:
-        return mm(x, y)
-    if dist.is_explicit(placement):
-        if spec != P() and x.shape[0] % placement.n_devices:
-            spec = P()
-        return mm(x, y, out_sharding=NamedSharding(placement.mesh, spec))
-    return dist.constrain(mm(x, y), placement, spec)
+        return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
+    return dist.matmul(x, y, placement, spec, precision=jax.lax.Precision.HIGHEST)
 
 
 def _ct(x):
