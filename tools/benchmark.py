@@ -70,6 +70,21 @@ than are visible is recorded as skipped ("skip" in the table) with the reason. R
 carry "grid": "RxC", the table a grid column and the plot's labels the grid; without
 --grids there is no grid field or column.
 
+--paired: jaxmg (auto) and jax native are warmed up, then called in alternation on the same
+input (auto then native, native then auto, ...), each up to --repeats calls and --budget
+seconds, so that a drift in the machine's speed falls on both alike; the table's auto/native
+is then the median of the per-pair ratios, to three decimals (records: paired_ratio,
+pair_ratios). With --devices 1 this is the one-GPU comparison of identical programs.
+--impls auto native ... times only the implementations named.
+
+--resume (with --out DIR): one run spread over several sittings, for grids longer than one
+sitting may last (a device lent for 10 minutes at a time). The measurements in
+DIR/benchmark.json are kept, those cut by --wall-budget are made again with the rest not
+yet made, and the table, JSON and plot cover them all; each record says which sitting made
+it ("sitting", an index into the JSON's "sittings": date, commit, command, seconds). A run
+made with another --tile, --mp-tile, --donate, --mem-fraction, --paired or without the
+peer is refused rather than mixed.
+
 --largest: after the table, for potrs with jaxmg (mg) on the largest device count (or grid) and
 each dtype, N doubles from the largest --sizes value until a call fails (out of memory,
 or any other error), then the gap is bisected in steps of 8192. A size the table measured
@@ -135,6 +150,7 @@ NATIVE, NATIVE_INV, PEER = "jax native", "jax native inv", "JAXMg 0.0.8"
 OURS_IMPLS = (AUTO, MG, MG_JIT, MP, NATIVE, NATIVE_INV)
 TABLE_IMPLS = (AUTO, MG, MP, NATIVE, NATIVE_INV, PEER)
 BACKEND = {AUTO: "auto", MG: "jaxmg", MG_JIT: "jaxmg", MP: "mp"}  # jaxmg's backend= per impl
+IMPL_NAMES = {"auto": AUTO, "mg": MG, "mp": MP, "native": NATIVE, "native-inv": NATIVE_INV, "peer": PEER}
 
 EVENT_PREFIX = "@@bench "
 ROTATE_MAX_N = 16384  # above this, one input matrix is reused across repeats
@@ -332,6 +348,30 @@ class Bench:
         self.lib = lib
         self.devices = jax.devices()
         self.on_cpu = self.devices[0].platform == "cpu"
+        # (routine, dtype, impl, devices, grid) -> {N: median seconds}, earlier sittings' included
+        self.times: dict[tuple, dict[int, float]] = {}
+        for *key, n, seconds in settings.get("known_times", []):
+            self.times.setdefault(tuple(key), {})[n] = seconds
+
+    def calls_for(self, task: Task) -> tuple[int, bool, float | None]:
+        """(timed calls, warm-up?, predicted seconds): with --single-call-over S, a call
+        predicted from this implementation's previous N (time x (N / N_prev)^3) to take
+        more than S seconds is made once, without a warm-up, its compilation included."""
+        repeats, warmup = self.settings["repeats"], self.settings.get("warmup", True)
+        limit = self.settings.get("single_call_s")
+        known = self.times.get((task.routine, task.dtype, task.impl, task.devices, task.grid), {})
+        below = [n for n in known if n < task.n]
+        if not (limit and warmup and below):
+            return repeats, warmup, None
+        n_prev = max(below)
+        predicted = known[n_prev] * (task.n / n_prev) ** 3
+        return (1, False, predicted) if predicted > limit else (repeats, warmup, predicted)
+
+    def remember(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
+        if record.get("median_ms") is not None and record.get("status") == "ok":
+            key = (task.routine, task.dtype, task.impl, task.devices, task.grid)
+            self.times.setdefault(key, {})[task.n] = record["median_ms"] / 1e3
+        return record
 
     # -- inputs -----------------------------------------------------------
 
@@ -750,36 +790,68 @@ def check_syevd(a, w, v, vectors_in_columns: bool = True) -> float:
     return float(math.sqrt(columns.max()) / np.max(np.abs(w)))
 
 
+def _timed_call(impl: Impl, k: int, measured: dict[str, list]) -> float:
+    """One timed call of `impl` on input k, its residual checked; its seconds."""
+    import jax
+
+    args, copy_s = impl.prepare(k)
+    start = time.perf_counter()
+    out = impl.call(*args)
+    jax.block_until_ready(out)
+    seconds = time.perf_counter() - start
+    measured["times"].append(seconds)
+    del args
+    try:
+        measured["residuals"].append(impl.residual(k, out))
+    except Exception as exc:  # the timing stands; the result is unchecked
+        measured["residuals"].append(float("nan"))
+        impl.note = f"residual check failed: {short_error(exc)}"
+    del out
+    if copy_s is not None:
+        measured["copies"].append(copy_s)
+    return seconds
+
+
+def _warm_up(impl: Impl) -> None:
+    import jax
+
+    args, _ = impl.prepare(0)
+    jax.block_until_ready(impl.call(*args))
+
+
 def time_impl(impl: Impl, n_inputs: int, repeats: int, budget_s: float,
               warmup: bool = True) -> dict[str, Any]:
     """Warm-up call, then timed calls (rotating inputs) until `repeats` or `budget_s`.
     Without the warm-up (--largest) the first timed call includes compilation."""
-    import jax
-
     if warmup:
-        args, _ = impl.prepare(0)
-        jax.block_until_ready(impl.call(*args))
-        del args
-    times, copies, residuals = [], [], []
+        _warm_up(impl)
+    measured: dict[str, list] = {"times": [], "copies": [], "residuals": []}
     for i in range(repeats):
-        k = (i + int(warmup)) % n_inputs  # the first timed call already sees a new matrix
-        args, copy_s = impl.prepare(k)
-        start = time.perf_counter()
-        out = impl.call(*args)
-        jax.block_until_ready(out)
-        times.append(time.perf_counter() - start)
-        del args
-        try:
-            residuals.append(impl.residual(k, out))
-        except Exception as exc:  # the timing stands; the result is unchecked
-            residuals.append(float("nan"))
-            impl.note = f"residual check failed: {short_error(exc)}"
-        del out
-        if copy_s is not None:
-            copies.append(copy_s)
-        if sum(times) > budget_s:
+        _timed_call(impl, (i + int(warmup)) % n_inputs, measured)  # the first timed call sees a new matrix
+        if sum(measured["times"]) > budget_s:
             break
-    return {"times": times, "copies": copies, "residuals": residuals}
+    return measured
+
+
+def time_paired(impls: list[Impl], n_inputs: int, repeats: int, budget_s: float,
+                warmup: bool = True) -> tuple[list[dict[str, Any]], list[float]]:
+    """--paired: two implementations (warmed up unless `warmup` is False) called in
+    alternation on the same input (AB, BA, AB, ...), so that drift in the machine's
+    speed hits both alike; each gets up to `repeats` calls and `budget_s` seconds.
+    Also returns the ratio of the first's time to the second's in each pair."""
+    for impl in impls if warmup else ():
+        _warm_up(impl)
+    measured = [{"times": [], "copies": [], "residuals": []} for _ in impls]
+    ratios = []
+    for i in range(repeats):
+        k = (i + int(warmup)) % n_inputs
+        seconds = [0.0, 0.0]
+        for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+            seconds[j] = _timed_call(impls[j], k, measured[j])
+        ratios.append(seconds[0] / seconds[1])
+        if sum(sum(m["times"]) for m in measured) > 2 * budget_s:
+            break
+    return measured, ratios
 
 
 def summarise(task: Task, measured: dict[str, Any], impl: Impl, n_inputs: int, dtype) -> dict[str, Any]:
@@ -873,7 +945,17 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
         del exc
         gc.collect()
         return
+    pair = paired_tasks(tasks) if settings.get("paired") else None
     for task in tasks:
+        if pair and task is pair[1]:
+            continue  # measured with pair[0]
+        if pair and task is pair[0]:
+            results = run_pair(bench, pair, inputs, sharding, n_inputs, settings)
+            for paired, result in zip(pair, results):
+                emit(event="start", id=paired.id)
+                emit(event="result", id=paired.id, **result)
+            gc.collect()
+            continue
         emit(event="start", id=task.id)
         emit(event="result", id=task.id, **run_task(bench, task, inputs, sharding, n_inputs, settings))
         gc.collect()
@@ -881,27 +963,69 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
     gc.collect()
 
 
-def run_task(bench: Bench, task: Task, inputs: list[tuple], sharding, n_inputs: int,
-             settings: dict[str, Any]) -> dict[str, Any]:
+def paired_tasks(tasks: list[Task]) -> tuple[Task, Task] | None:
+    """--paired: the (jaxmg (auto), jax native) tasks of one problem, if both are there."""
+    auto = next((t for t in tasks if t.impl == AUTO), None)
+    native = next((t for t in tasks if t.impl == NATIVE), None)
+    return (auto, native) if auto and native else None
+
+
+def native_skip(bench: Bench, task: Task) -> dict[str, Any] | None:
+    """The result of a jax native task whose copies of A cannot fit one device, else None."""
     import numpy as np
 
-    if task.impl in (NATIVE, NATIVE_INV):
-        one, _ = bench.memory(1)
-        matrix = task.n * task.n * np.dtype(task.dtype).itemsize
-        # A whole on one device and its result, at the least (on CPU: 4 copies in
-        # half the host memory, as a crash there is not a clean error).
-        copies, share = (4, 0.5) if bench.on_cpu else (2, 0.95)
-        if copies * matrix > share * one:
-            return {"status": "oom", "attempted": False,
-                    "error": f"not attempted: {copies} copies of A ({copies * matrix / 2**30:.1f} "
-                             f"GiB) exceed {share:.0%} of one device ({one / 2**30:.1f} GiB)"}
+    if task.impl not in (NATIVE, NATIVE_INV):
+        return None
+    one, _ = bench.memory(1)
+    matrix = task.n * task.n * np.dtype(task.dtype).itemsize
+    # A whole on one device and its result, at the least (on CPU: 4 copies in
+    # half the host memory, as a crash there is not a clean error).
+    copies, share = (4, 0.5) if bench.on_cpu else (2, 0.95)
+    if copies * matrix <= share * one:
+        return None
+    return {"status": "oom", "attempted": False,
+            "error": f"not attempted: {copies} copies of A ({copies * matrix / 2**30:.1f} "
+                     f"GiB) exceed {share:.0%} of one device ({one / 2**30:.1f} GiB)"}
+
+
+def run_task(bench: Bench, task: Task, inputs: list[tuple], sharding, n_inputs: int,
+             settings: dict[str, Any]) -> dict[str, Any]:
+    skip = native_skip(bench, task)
+    if skip:
+        return skip
+    repeats, warmup, predicted = bench.calls_for(task)
     try:
         impl = bench.implementation(task, inputs, sharding)
-        measured = time_impl(impl, n_inputs, settings["repeats"], settings["budget_s"],
-                             settings.get("warmup", True))
-        return summarise(task, measured, impl, n_inputs, task.dtype)
+        measured = time_impl(impl, n_inputs, repeats, settings["budget_s"], warmup)
+        record = summarise(task, measured, impl, n_inputs, task.dtype)
     except Exception as exc:
         return error_result(exc)
+    if not warmup and settings.get("warmup", True):
+        record.update(single_call=True, predicted_s=predicted)
+    return bench.remember(task, record)
+
+
+def run_pair(bench: Bench, pair: tuple[Task, Task], inputs: list[tuple], sharding, n_inputs: int,
+             settings: dict[str, Any]) -> list[dict[str, Any]]:
+    """Both tasks of a --paired problem, timed in alternation. If either cannot
+    run (memory, an error), each is measured on its own instead."""
+    plans = [bench.calls_for(t) for t in pair]
+    warmup = all(w for _, w, _ in plans)  # one of them predicted long: one pair, cold
+    try:
+        if native_skip(bench, pair[1]):
+            raise RuntimeError("jax native does not fit one device")
+        impls = [bench.implementation(t, inputs, sharding) for t in pair]
+        measured, ratios = time_paired(impls, n_inputs, settings["repeats"] if warmup else 1,
+                                       settings["budget_s"], warmup)
+    except Exception:
+        gc.collect()
+        return [run_task(bench, t, inputs, sharding, n_inputs, settings) for t in pair]
+    results = [summarise(t, m, impl, n_inputs, t.dtype) for t, m, impl in zip(pair, measured, impls)]
+    results[0].update(paired_ratio=statistics.median(ratios), pair_ratios=ratios)
+    for result, (_, _, predicted) in zip(results, plans):
+        if not warmup:
+            result.update(single_call=True, predicted_s=predicted)
+    return [bench.remember(t, r) for t, r in zip(pair, results)]
 
 
 # ---------------------------------------------------------------------------
@@ -936,6 +1060,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "(default: none passed, the library picks its block)")
     parser.add_argument("--peer-path", type=pathlib.Path, metavar="DIR",
                         help="where `pip install --no-deps --target DIR jaxmg==0.0.8` put JAXMg")
+    parser.add_argument("--impls", nargs="+", choices=list(IMPL_NAMES), metavar="I",
+                        help="time only these: " + ", ".join(IMPL_NAMES) + " (default: all that "
+                             "apply; mp implies --mp, peer needs --peer-path)")
+    parser.add_argument("--paired", action="store_true",
+                        help="time jaxmg (auto) and jax native in alternation on the same inputs "
+                             "(AB, BA, ...); auto/native is then the median of the pairs' ratios")
+    parser.add_argument("--single-call-over", type=float, metavar="S",
+                        help="make a call predicted (from the previous N, scaled by N^3) to take "
+                             "over S seconds once, without a warm-up: its time includes compiling")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out: keep its measurements, make only those "
+                             "missing or cut by --wall-budget, write one table of all")
     parser.add_argument("--per-call-overhead", action="store_true",
                         help=f"also time jaxmg (mg) called inside jax.jit at N={OVERHEAD_N}")
     parser.add_argument("--budget", type=float, default=60.0, metavar="S",
@@ -973,7 +1109,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.dtypes = [t for t in DTYPES if t in args.dtypes]
     if args.grids:
         args.grids = list(dict.fromkeys(args.grids))  # the order given, no repeats
+    if args.impls:
+        args.impls = [IMPL_NAMES[i] for i in dict.fromkeys(args.impls)]
+        args.mp = args.mp or MP in args.impls
+        if PEER in args.impls and not args.peer_path:
+            parser.error("--impls peer needs --peer-path")
+    if args.resume and not args.out:
+        parser.error("--resume needs --out, the folder of the run to continue")
     return args
+
+
+def wanted(args: argparse.Namespace, impl: str) -> bool:
+    return not args.impls or impl in args.impls
 
 
 def grid_arg(text: str) -> str:
@@ -1000,12 +1147,15 @@ def plan_tasks(args: argparse.Namespace, units: list[tuple[int, str | None]],
             if args.per_call_overhead and n == OVERHEAD_N:
                 impls.append(MG_JIT)
             for impl in impls:
-                ours.append(Task(next(ids), routine, dtype, n, d, impl, grid))
+                if wanted(args, impl):
+                    ours.append(Task(next(ids), routine, dtype, n, d, impl, grid))
             if (d, grid) == native_unit:  # jax native is one-device: measured once
                 for impl in (NATIVE, NATIVE_INV) if routine == "potri" else (NATIVE,):
-                    ours.append(Task(next(ids), routine, dtype, n, 1, impl))
-        plan.append(("ours", d, grid, ours))
-        if args.peer_path:
+                    if wanted(args, impl):
+                        ours.append(Task(next(ids), routine, dtype, n, 1, impl))
+        if ours:
+            plan.append(("ours", d, grid, ours))
+        if args.peer_path and wanted(args, PEER):
             for routine, dtype, n in itertools.product(args.routines, args.dtypes, args.sizes):
                 if routine in PEER_ROUTINES:
                     peer.append(Task(next(ids), routine, dtype, n, d, PEER, grid))
@@ -1152,6 +1302,44 @@ def probe_machine(log_path: pathlib.Path, mem_fraction: float | None = None) -> 
     return info
 
 
+RESUME_SETTINGS = ("tile", "mp", "mp_tile", "mem_fraction", "donate", "paired", "peer_path")
+
+
+def previous_run(path: pathlib.Path, settings: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[tuple, dict]]:
+    """--resume: the earlier sittings of the run in `path` and its finished measurements
+    by record_key (those cut by a time budget are made again). Exits if the run's
+    settings differ from this one's where they change what is measured."""
+    if not path.is_file():
+        print(f"--resume: no {path} yet: starting the run", flush=True)
+        return [], {}
+    try:
+        report = json.loads(path.read_text())
+        old = report["settings"]
+        results = report["results"]
+    except (OSError, ValueError, KeyError) as exc:
+        sys.exit(f"--resume: cannot read {path} ({short_error(exc)}); give a new --out")
+    differ = [f"{k}={old.get(k)!r} there, {settings.get(k)!r} now" for k in RESUME_SETTINGS
+              if k != "peer_path" and old.get(k) != settings.get(k)]
+    if bool(old.get("peer_path")) != bool(settings.get("peer_path")):
+        differ.append("JAXMg 0.0.8 (--peer-path) in one sitting only")
+    if differ:
+        sys.exit(f"--resume: {path} was measured with other settings ({'; '.join(differ)}); "
+                 "rerun with those, or give a new --out")
+    sittings = report.get("sittings") or [{k: report.get(k) for k in ("date", "command", "git", "elapsed_s")}]
+    finished = {record_key(r): r for r in results
+                if not (r.get("status") == "error" and "budget ran out" in str(r.get("error")))}
+    return sittings, finished
+
+
+def kept_record(task: Task, earlier: dict[str, Any]) -> dict[str, Any]:
+    """An earlier sitting's measurement under this sitting's task id."""
+    record = {**earlier, **dataclasses.asdict(task)}
+    record.setdefault("sitting", 0)
+    if record["grid"] is None:
+        del record["grid"]
+    return record
+
+
 def git_commit() -> dict[str, Any]:
     def git(*argv: str) -> str:
         return subprocess.run(["git", *argv], cwd=REPO_ROOT, capture_output=True, text=True,
@@ -1177,6 +1365,10 @@ def progress_line(index: int, total: int, task: Task, record: dict[str, Any]) ->
         text += f" [engine {record['engine']}" + (f", {width} {record['tile']}]" if record.get("tile") else "]")
     if "copy_ms" in record:
         text += f" [+ input copy {format_ms(statistics.median(record['copy_ms']))} ms]"
+    if record.get("single_call"):
+        text += f" [one call, compiling included: predicted {record['predicted_s']:.3g} s]"
+    if record.get("paired_ratio") is not None:
+        text += f" [paired with jax native: ratio {record['paired_ratio']:.3f} over {len(record['pair_ratios'])}]"
     if status == "failed":
         text += f" FAILED (tolerance {record['tolerance']:.1e})"
     if record.get("note") and "residual check failed" in record["note"]:
@@ -1198,7 +1390,7 @@ def build_table(records: list[dict[str, Any]], units: list[tuple[int, str | None
     by_key = {record_key(r): r for r in records}
     impls = [i for i in TABLE_IMPLS
              if (i != NATIVE_INV or "potri" in args.routines) and (i != PEER or args.peer_path)
-             and (i != MP or args.mp)]
+             and (i != MP or args.mp) and wanted(args, i)]
     header = ["routine", "dtype", "N", "dev"] + (["grid"] if args.grids else []) + impls + [
         "auto engine", "auto/native"]
     rows, errors = [], []
@@ -1213,7 +1405,8 @@ def build_table(records: list[dict[str, Any]], units: list[tuple[int, str | None
         if record["status"] == "error":
             errors.append(record["error"])
             return f"E{len(errors)}"
-        return format_ms(record["median_ms"]) + ("!" if record["status"] == "failed" else "")
+        return (format_ms(record["median_ms"]) + ("~" if record.get("single_call") else "")
+                + ("!" if record["status"] == "failed" else ""))
 
     for routine, dtype, n, (d, grid) in itertools.product(args.routines, args.dtypes, args.sizes, units):
         found = {}
@@ -1230,7 +1423,9 @@ def build_table(records: list[dict[str, Any]], units: list[tuple[int, str | None
             cells[MP] = "n/a"
         auto, native = found.get(AUTO), found.get(NATIVE)
         ratio = "-"
-        if auto and native and auto.get("median_ms") and native.get("median_ms"):
+        if auto and auto.get("paired_ratio") is not None:
+            ratio = f"{auto['paired_ratio']:.3f}"
+        elif auto and native and auto.get("median_ms") and native.get("median_ms"):
             ratio = f"{auto['median_ms'] / native['median_ms']:.2f}"
         engine = (auto or {}).get("engine") or "-"
         rows.append([routine, dtype, str(n), str(d)] + ([grid] if args.grids else [])
@@ -1254,8 +1449,13 @@ def table_notes(records: list[dict[str, Any]], args: argparse.Namespace, errors:
             "solver works in.")),
         "jax native runs on one device whatever the dev column says; its potri is "
         "cho_factor + cho_solve(A, I), jax native inv is jnp.linalg.inv. "
-        "auto/native < 1: jaxmg (auto) is faster.",
+        "auto/native < 1: jaxmg (auto) is faster."
+        + (" --paired: auto and native were called in alternation on the same input, and "
+           "auto/native (3 decimals) is the median of the pairs' ratios." if args.paired else ""),
     ]
+    if any(r.get("single_call") for r in records):
+        notes.append(f"'~' = one call without a warm-up (--single-call-over {args.single_call_over:g}: "
+                     "predicted from the previous N to take longer), so its time includes compiling.")
     if args.mp:
         notes.append(
             "jaxmg (mp) = backend=\"mp\" (cuSOLVERMp, CUDA GPUs only) with "
@@ -1549,11 +1749,30 @@ def main(argv: list[str] | None = None) -> None:
     settings = {"tile": args.tile, "mp": args.mp, "mp_tile": args.mp_tile,
                 "repeats": args.repeats, "budget_s": args.budget,
                 "peer_path": str(args.peer_path.resolve()) if args.peer_path else None,
-                "mem_fraction": args.mem_fraction, "donate": args.donate}
+                "mem_fraction": args.mem_fraction, "donate": args.donate, "paired": args.paired,
+                "single_call_s": args.single_call_over}
     plan = plan_tasks(args, units, visible)
     tasks = {t.id: t for *_, group in plan for t in group}
-    total, done = len(tasks), 0
     records: list[dict[str, Any]] = []
+    sittings: list[dict[str, Any]] = []
+    if args.resume:
+        sittings, earlier = previous_run(out / "benchmark.json", settings)
+        for task in tasks.values():
+            if record_key(dataclasses.asdict(task)) in earlier:
+                records.append(kept_record(task, earlier[record_key(dataclasses.asdict(task))]))
+        kept = {r["id"] for r in records}
+        planned = {record_key(dataclasses.asdict(t)) for t in tasks.values()}
+        ids = itertools.count(max(tasks, default=0) + 1)
+        # Measurements of the run that this sitting does not plan stay in its JSON.
+        extra = [{**r, "id": next(ids)} for key, r in earlier.items() if key not in planned]
+        plan = [(kind, d, grid, [t for t in group if t.id not in kept]) for kind, d, grid, group in plan]
+        plan = [step for step in plan if step[3]]
+        settings["known_times"] = [[r["routine"], r["dtype"], r["impl"], r["devices"], r.get("grid"),
+                                    r["n"], r["median_ms"] / 1e3]
+                                   for r in records if r.get("status") == "ok" and r.get("median_ms")]
+        print(f"--resume: {len(kept)} of {len(tasks)} measurements kept from {len(sittings)} earlier "
+              f"sitting(s) in {out / 'benchmark.json'}", flush=True)
+    total, done = len(tasks) - len(records), 0
     libraries: dict[str, Any] = {}
     deadline = time.monotonic() + args.wall_budget if args.wall_budget else None
     for kind, d, grid, group in plan:
@@ -1576,11 +1795,15 @@ def main(argv: list[str] | None = None) -> None:
             done += 1
             task = tasks[event["id"]]
             record = {**dataclasses.asdict(task), **{k: v for k, v in event.items() if k != "event"}}
+            if args.resume:
+                record["sitting"] = len(sittings)
             if record["grid"] is None:
                 del record["grid"]
             records.append(record)
             print(progress_line(done, total, task, record), flush=True)
 
+    if args.resume:
+        records += extra
     records.sort(key=lambda r: r["id"])
     table, errors = build_table(records, units, args)
     notes = table_notes(records, args, errors)
@@ -1597,20 +1820,27 @@ def main(argv: list[str] | None = None) -> None:
         largest = find_largest(args, info, runnable, records, settings, out)
         print("\n" + "\n".join(largest_lines(largest, args, info["platform"] == "cpu")))
 
+    elapsed = round((datetime.datetime.now() - started).total_seconds(), 1)
+    if args.resume:
+        sittings.append({"date": started.isoformat(timespec="seconds"), "command": [sys.executable] + sys.argv,
+                         "git": git_commit(), "device_kinds": info.get("device_kinds"), "elapsed_s": elapsed,
+                         "measured": sum(1 for r in records if r.get("sitting") == len(sittings)
+                                         and "budget ran out" not in str(r.get("error")))})
     report = {
-        "date": started.isoformat(timespec="seconds"),
+        "date": (sittings[0]["date"] if sittings else started.isoformat(timespec="seconds")),
         "command": [sys.executable] + sys.argv,
         "machine": info,
         "git": git_commit(),
         "libraries": libraries,
-        "settings": {**settings, "routines": args.routines, "sizes": args.sizes, "dtypes": args.dtypes,
+        "settings": {**{k: v for k, v in settings.items() if k != "known_times"}, "routines": args.routines, "sizes": args.sizes, "dtypes": args.dtypes,
                      "devices": [d for d, _ in units], **({"grids": args.grids} if args.grids else {}),
                      "tolerance": "100 * sqrt(N) * eps"},
         "results": records,
         "largest": largest or None,
         "table": table.splitlines(),
         "notes": notes,
-        "elapsed_s": round((datetime.datetime.now() - started).total_seconds(), 1),
+        "elapsed_s": elapsed if not sittings else round(sum(x["elapsed_s"] for x in sittings), 1),
+        **({"sittings": sittings} if sittings else {}),
     }
     (out / "benchmark.json").write_text(json.dumps(report, indent=1) + "\n")
     print(f"\nresults written to {out / 'benchmark.json'}")

@@ -15,6 +15,12 @@
 #   mpbench    float64 potrs, LU, syevd on two GPUs: cuSOLVERMp (mp) beside cuSOLVERMg and JAX
 #   raw        issue 3: cuSOLVERMg called directly (.device/raw_mg_bench) beside jaxmg's
 #              forced cuSOLVERMg potrs (tools/mg_overhead.py), N=1024 float64, one GPU
+#   grid       issue 3's whole benchmark grid on two GPUs (4 routines x N 1024..32768 x float32,
+#              float64, beside JAX and JAXMg 0.0.8): one --resume run over several calls
+#   onegpu     issue 3's one-GPU comparison: jaxmg (auto) and JAX timed in alternation, same grid
+# grid and onegpu are one sitting each of a run longer than a call: the next call picks it up from
+# $STATE/<step>/benchmark.json (default results/2026-11-30-h200x2-s7), where the last call's
+# benchmark.json must be copied first. WALL (default 540) bounds a sitting in seconds.
 #   run(command="tools/gpu_bench_session.sh processes overhead", carry=[".device", ".whl"], kind="nvidia-h200-x2")
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -108,6 +114,22 @@ raw() {  # issue 3: jaxmg's per-call overhead over cuSOLVERMg itself
     --raw-log "$out/raw.log" >> "$out/raw.log" 2>&1
   echo "mg_overhead status $?" >> "$out/raw.log"
   tail -12 "$out/raw.log"
+}
+resumable() {  # NAME BENCHMARK-ARGS...: one sitting of the --resume run NAME
+  local name=$1 wall=${WALL:-540} state=${STATE:-results/2026-11-30-h200x2-s7}
+  shift
+  mkdir -p "$out/$name"
+  [ -f "$state/$name/benchmark.json" ] && cp "$state/$name/benchmark.json" "$out/$name/"
+  timeout "$wall" python3 tools/benchmark.py --resume --out "$out/$name" --wall-budget $((wall - 40)) "$@" \
+    2>&1 | tee "$out/$name.log" | grep -v "^\[" | tail -45
+  tar czf "$out/$name-logs.tgz" -C "$out/$name" logs && rm -r "$out/$name/logs"  # 8 files come back
+}
+grid() {
+  resumable grid --devices 2 --repeats 3 --budget 4 --single-call-over 20 "${peer[@]}"
+}
+onegpu() {
+  CUDA_VISIBLE_DEVICES=0 resumable onegpu --devices 1 --impls auto native --paired --repeats 40 \
+    --budget 3 --single-call-over 20
 }
 
 steps=("$@")
