@@ -485,6 +485,54 @@ def test_solve_plans_keep_each_assumption_and_failure_mode(rng):
     assert plans.count() == 2  # "raise" reports on every call: no plan
 
 
+def test_every_eager_routine_reuses_its_plan(rng):
+    """potri, syevd, eigh, eigvalsh, inv and the factorisations keep one plan per
+    call signature (one dispatch on repeats), and a repeat on new values of the
+    same shape still gives that matrix's answer."""
+    n = 12
+    mesh = helpers.mesh(2)
+    calls = {
+        "potri": lambda a: jaxmg.potri(a),
+        "syevd": lambda a: jaxmg.syevd(a)[0],
+        "syevd values": lambda a: jaxmg.syevd(a, compute_vectors=False),
+        "eigh": lambda a: jaxmg.eigh(a).eigenvalues,
+        "eigvalsh": lambda a: jaxmg.eigvalsh(a),
+        "inv pos": lambda a: jaxmg.inv(a, assume_a="pos"),
+        "cho_factor": lambda a: jaxmg.cho_solve(jaxmg.cho_factor(a), jnp.eye(n, dtype=a.dtype)),
+        "lu_factor": lambda a: jaxmg.lu_solve(jaxmg.lu_factor(a), jnp.eye(n, dtype=a.dtype)),
+        "inv": lambda a: jaxmg.inv(a),  # lu_factor's plan
+    }
+    plans.clear()
+    for name, call in calls.items():
+        before = plans.count()
+        for _ in range(3):
+            a_np = helpers.spd(rng, n, DTYPE, CONDITION)
+            got = helpers.promote(np.asarray(call(helpers.put_rows(a_np, mesh))))
+            a_hi = helpers.promote(a_np)
+            want = np.linalg.eigvalsh(a_hi) if got.ndim == 1 else np.linalg.inv(a_hi)
+            np.testing.assert_allclose(got, want, atol=tol(n) * np.abs(want).max(), err_msg=name)
+        assert plans.count() == before + (name != "inv"), name
+
+
+def test_planned_calls_still_report_failures(rng):
+    n, mesh, _, a, _ = _small_problem(rng)
+    bad = helpers.put_rows(np.full((n, n), np.nan, DTYPE), mesh)
+    not_spd = helpers.put_rows(-np.eye(n, dtype=DTYPE), mesh)
+    for call in (lambda x: jaxmg.eigh(x, on_failure="raise"), lambda x: jaxmg.eigvalsh(x, on_failure="raise")):
+        call(a)  # the plan is made on a good matrix
+        with pytest.raises(jaxmg.LinAlgError, match="did not converge"):
+            call(bad)
+    jaxmg.inv(a, assume_a="pos", on_failure="raise")
+    with pytest.raises(jaxmg.LinAlgError, match="not positive definite"):
+        jaxmg.inv(not_spd, assume_a="pos", on_failure="raise")
+    assert np.isnan(np.asarray(jaxmg.inv(not_spd, assume_a="pos"))).all()
+    jaxmg.lu_factor(a, on_failure="raise")
+    with pytest.raises(jaxmg.LinAlgError, match="singular"):
+        jaxmg.lu_factor(helpers.put_rows(np.zeros((n, n), DTYPE), mesh), on_failure="raise")
+    inv, info = jaxmg.potri(not_spd, return_info=True)
+    assert int(info) > 0 and np.isnan(np.asarray(inv)).all()
+
+
 def test_checks_still_refuse_after_a_plan(rng):
     _, mesh, _, a, b = _small_problem(rng)
     jaxmg.potrs(a, b)

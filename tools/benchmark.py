@@ -368,7 +368,7 @@ class Bench:
         return (1, False, predicted) if predicted > limit else (repeats, warmup, predicted)
 
     def remember(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
-        if record.get("median_ms") is not None and record.get("status") == "ok":
+        if record.get("median_ms") is not None and record.get("status") in ("ok", "failed"):
             key = (task.routine, task.dtype, task.impl, task.devices, task.grid)
             self.times.setdefault(key, {})[task.n] = record["median_ms"] / 1e3
         return record

@@ -18,6 +18,8 @@
 #   grid       issue 3's whole benchmark grid on two GPUs (4 routines x N 1024..32768 x float32,
 #              float64, beside JAX and JAXMg 0.0.8): one --resume run over several calls
 #   onegpu     issue 3's one-GPU comparison: jaxmg (auto) and JAX timed in alternation, same grid
+#   smallgpu   the same at N 1024..8192 only (after a change to the eager calls), as its own run
+#   suite      the cuSOLVERMg GPU suite's potri, syevd, LU, failure, derivative and vmap cases
 # grid and onegpu are one sitting each of a run longer than a call: the next call picks it up from
 # $STATE/<step>/benchmark.json (default results/2026-11-30-h200x2-s7), where the last call's
 # benchmark.json must be copied first. WALL (default 540) bounds a sitting in seconds.
@@ -130,6 +132,16 @@ grid() {
 onegpu() {
   CUDA_VISIBLE_DEVICES=0 resumable onegpu --devices 1 --impls auto native --paired --repeats 40 \
     --budget 3 --single-call-over 20
+}
+smallgpu() {
+  CUDA_VISIBLE_DEVICES=0 resumable smallgpu --devices 1 --impls auto native --paired --repeats 40 \
+    --budget 2 --sizes 1024 4096 8192
+}
+suite() {
+  timeout "${SUITE_TIMEOUT:-170}" python3 -m pytest tests/gpu/test_gpu.py -q -p no:cacheprovider -rs \
+    -k "potri or syevd or lu_solve or factor_reuse or not_positive or gradients or vmap or repeated" \
+    > "$out/gpu_suite.log" 2>&1
+  echo "status $?"; tail -8 "$out/gpu_suite.log"
 }
 
 steps=("$@")

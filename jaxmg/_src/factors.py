@@ -157,16 +157,19 @@ _lu = jax.jit(_lu_impl, static_argnames=("layout",))
 _lu_donating = jax.jit(_lu_impl, static_argnames=("layout",), donate_argnums=0)
 
 
+def _no_grad(a):
+    # The factor itself is not differentiated: derivatives go through `a`. (An
+    # eager stop_gradient is an op dispatch of its own: only tracers need it.)
+    return jax.lax.stop_gradient(a) if isinstance(a, jax.core.Tracer) else a
+
+
 def cholesky(a, layout: Layout, *, donate=False) -> CholeskyFactor:
-    # The factor itself is not differentiated: derivatives go through `a`.
-    factor, info = (_cholesky_donating if donate else _cholesky)(
-        jax.lax.stop_gradient(a), layout=layout
-    )
+    factor, info = (_cholesky_donating if donate else _cholesky)(_no_grad(a), layout=layout)
     return CholeskyFactor(factor, None if donate else a, info, layout)
 
 
 def lu(a, layout: Layout, *, donate=False) -> LUFactor:
-    lu_, piv, info = (_lu_donating if donate else _lu)(jax.lax.stop_gradient(a), layout=layout)
+    lu_, piv, info = (_lu_donating if donate else _lu)(_no_grad(a), layout=layout)
     return LUFactor(lu_, piv, None if donate else a, info, layout)
 
 

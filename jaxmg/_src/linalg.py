@@ -64,6 +64,16 @@ def _layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layou
     return factors.layout(placement, n, tile, engine)
 
 
+def _cached_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> Layout:
+    """_layout, kept as an eager call's plan: a factorisation repeated on arrays of
+    the same sharding, shape and dtype skips the checks."""
+    key = dist.eager_key((a,), "layout", routine, dist.check_tile(tile_size), mesh, spec, backend)
+    layout = plans.find(key)
+    if layout is None:
+        layout = plans.keep(key, _layout(a, routine, tile_size, mesh, spec, backend, what))
+    return layout
+
+
 def _check_assume_a(assume_a):
     if assume_a not in ("gen", "sym", "her", "pos"):
         raise ValueError(f"jaxmg: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}")
@@ -188,7 +198,7 @@ def cho_factor(
     with respect to a then). Other arguments as for :func:`jaxmg.potrs`.
     """
     _check_on_failure(on_failure)
-    layout = _layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
+    layout = _cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
     f = factors.cholesky(a, layout, donate=donate)
     report(f.info, on_failure, _NOT_SPD)
     return f
@@ -271,7 +281,7 @@ def lu_factor(
     """LU factorisation with partial pivoting, kept sharded in solver layout
     for :func:`lu_solve` and :func:`slogdet`. Arguments as for :func:`cho_factor`."""
     _check_on_failure(on_failure)
-    layout = _layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
+    layout = _cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
     f = factors.lu(a, layout, donate=donate)
     report(f.info, on_failure, _SINGULAR)
     return f
@@ -444,12 +454,38 @@ def _spd_inverse_jvp(config, primals, tangents):
     return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 
-def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan",
-                return_info=False):
-    layout = _layout(a, "potri", tile_size, mesh, spec, backend, "inv")
-    y, info = _spd_inverse((layout.placement, dist.check_tile(tile_size), layout.engine), a)
-    report(info, on_failure, _NOT_SPD)
-    return (y, info) if return_info else y
+def _spd_inverse_result(a, *, config, with_info):
+    y, info = _spd_inverse(config, a)
+    return (y, info) if with_info else y
+
+
+# Eager calls of the routines below keep a plan (plans.py) that runs one of
+# these programs: a single dispatch, as for potrs.
+spd_inverse_program = jax.jit(_spd_inverse_result, static_argnames=("config", "with_info"))
+
+
+def _planned(key, program, on_failure: str, message: str):
+    """A plan: the compiled program, then the on_failure action on its info (last output)."""
+
+    def plan(a):
+        *out, info = program(a)
+        report(info, on_failure, message)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    return plans.keep(key, plan)
+
+
+def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    _check_on_failure(on_failure)
+    tile = dist.check_tile(tile_size)
+    key = dist.eager_key((a,), "inv", tile, mesh, spec, backend, on_failure)
+    plan = plans.find(key)
+    if plan is None:
+        layout = _layout(a, "potri", tile_size, mesh, spec, backend, "inv")
+        config = (layout.placement, tile, layout.engine)
+        plan = _planned(key, functools.partial(spd_inverse_program, config=config, with_info=True),
+                        on_failure, _NOT_SPD)
+    return plan(a)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -479,17 +515,39 @@ def _eigh_jvp(config, primals, tangents):
     return (w, v, info), (dw, dv, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 
-def _eigh_config(a, tile_size, mesh, spec, backend):
-    layout = _layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
-    return (layout.placement, dist.check_tile(tile_size), layout.engine)
+def _syevd_result(a, *, config, vectors, with_info):
+    """What jaxmg.syevd returns: (w, v) or w, then info if with_info."""
+    if vectors:
+        w, v, info = _eigh(config, a)
+        out = (w, v)
+    else:
+        w, info = _eigvalsh(config, a)
+        out = (w,)
+    out = out + (info,) if with_info else out
+    return out[0] if len(out) == 1 else out
+
+
+syevd_program = jax.jit(_syevd_result, static_argnames=("config", "vectors", "with_info"))
+_NO_CONVERGENCE = "jaxmg: the eigensolver did not converge"
+
+
+def _eigen_plan(a, vectors: bool, tile_size, mesh, spec, backend, on_failure):
+    _check_on_failure(on_failure)
+    tile = dist.check_tile(tile_size)
+    key = dist.eager_key((a,), "eigh", vectors, tile, mesh, spec, backend, on_failure)
+    plan = plans.find(key)
+    if plan is None:
+        layout = _layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
+        config = (layout.placement, tile, layout.engine)
+        program = functools.partial(syevd_program, config=config, vectors=vectors, with_info=True)
+        plan = _planned(key, program, on_failure, _NO_CONVERGENCE)
+    return plan
 
 
 def eigh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
     """(eigenvalues ascending, eigenvectors as columns) like
     ``jnp.linalg.eigh``; the vectors are column-sharded, ``P(None, axis)``."""
-    w, v, info = _eigh(_eigh_config(a, tile_size, mesh, spec, backend), a)
-    report(info, on_failure, "jaxmg: the eigensolver did not converge")
-    return EighResult(w, v)
+    return EighResult(*_eigen_plan(a, True, tile_size, mesh, spec, backend, on_failure)(a))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -508,6 +566,4 @@ def _eigvalsh_jvp(config, primals, tangents):
 def eigvalsh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
     """Eigenvalues in ascending order, like ``jnp.linalg.eigvalsh`` (the
     eigenvectors are computed only when differentiating)."""
-    w, info = _eigvalsh(_eigh_config(a, tile_size, mesh, spec, backend), a)
-    report(info, on_failure, "jaxmg: the eigensolver did not converge")
-    return w
+    return _eigen_plan(a, False, tile_size, mesh, spec, backend, on_failure)(a)

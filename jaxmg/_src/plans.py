@@ -1,21 +1,22 @@
 """Plans of eager calls: what the argument checks and the engine choice
-decided, kept by `distribution.eager_key`, so that a call repeated on arrays
-of the same sharding, shape and dtype goes straight to its compiled program
-(for a small problem the checks cost more than the solve's own launch)."""
+decided (a compiled program to call, or a layout), kept by
+`distribution.eager_key`, so that a call repeated on arrays of the same
+sharding, shape and dtype goes straight to its compiled program (for a small
+problem the checks cost more than the solve's own launch)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 LIMIT = 1024
-_plans: dict[Any, Callable] = {}
+_plans: dict[Any, Any] = {}
 
 
-def find(key) -> Callable | None:
+def find(key) -> Any:
     return _plans.get(key) if key is not None else None
 
 
-def keep(key, plan: Callable) -> Callable:
+def keep(key, plan: Any) -> Any:
     if key is not None:
         if len(_plans) >= LIMIT:
             _plans.pop(next(iter(_plans)))  # the oldest

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, dispatch, distribution as dist, native
+from jaxmg._src import collective, dispatch, distribution as dist, native, plans
 
 
 def potri(
@@ -27,9 +27,13 @@ def potri(
       The full (both triangles) inverse, (N, N), sharded like a; all NaN if a
       is not positive definite. Plus info (int32 scalar) if ``return_info``.
     """
+    tile = dist.check_tile(tile_size)
+    key = dist.eager_key((a,), "potri", tile, mesh, spec, backend, return_info, donate)
+    plan = plans.find(key)
+    if plan is not None:
+        return plan(a)
     dist.check_rank2(a, "a")
     dist.check_dtype(a, "a")
-    tile = dist.check_tile(tile_size)
     placement = dist.resolve_placement(a, mesh, spec, "a")
     n = dist.check_square(a, placement, "a")
     engine = dispatch.choose("potri", n, placement, backend)
@@ -44,7 +48,10 @@ def potri(
     else:
         from jaxmg._src import linalg  # differentiable
 
-        inv, info = linalg._spd_inverse((placement, tile, engine), a)
+        plan = functools.partial(
+            linalg.spd_inverse_program, config=(placement, tile, engine), with_info=bool(return_info)
+        )
+        return plans.keep(key, plan)(a)
     return (inv, info) if return_info else inv
 
 

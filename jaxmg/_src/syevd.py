@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, dispatch, distribution as dist, native
+from jaxmg._src import collective, dispatch, distribution as dist, native, plans
 
 
 def syevd(
@@ -38,12 +38,16 @@ def syevd(
         eigenvectors. Only when ``compute_vectors``.
       info (int32 scalar) last, if ``return_info``. On failure w and v are NaN.
     """
+    tile = dist.check_tile(tile_size)
+    vectors = bool(compute_vectors)
+    key = dist.eager_key((a,), "syevd", vectors, tile, mesh, spec, backend, return_info, donate)
+    plan = plans.find(key)
+    if plan is not None:
+        return plan(a)
     dist.check_rank2(a, "a")
     dist.check_dtype(a, "a")
-    tile = dist.check_tile(tile_size)
     placement = dist.resolve_placement(a, mesh, spec, "a")
     n = dist.check_square(a, placement, "a")
-    vectors = bool(compute_vectors)
     engine = dispatch.choose("syevd", n, placement, backend)
     if placement.manual and engine == "mp":
         from jaxmg._src import mp
@@ -64,13 +68,11 @@ def syevd(
     else:
         from jaxmg._src import linalg  # differentiable
 
-        config = (placement, tile, engine)
-        if vectors:
-            w, v, info = linalg._eigh(config, a)
-            out = (w, v)
-        else:
-            w, info = linalg._eigvalsh(config, a)
-            out = (w,)
+        plan = functools.partial(
+            linalg.syevd_program, config=(placement, tile, engine), vectors=vectors,
+            with_info=bool(return_info),
+        )
+        return plans.keep(key, plan)(a)
     out = out + (info,) if return_info else out
     return out[0] if len(out) == 1 else out
 
