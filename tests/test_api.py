@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.experimental import checkify
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 import helpers
@@ -531,6 +532,41 @@ def test_planned_calls_still_report_failures(rng):
         jaxmg.lu_factor(helpers.put_rows(np.zeros((n, n), DTYPE), mesh), on_failure="raise")
     inv, info = jaxmg.potri(not_spd, return_info=True)
     assert int(info) > 0 and np.isnan(np.asarray(inv)).all()
+
+
+def test_plans_keep_each_result_form_and_never_stand_in_for_donation(rng):
+    n, mesh, a_np, a, _ = _small_problem(rng)
+    want_w = np.linalg.eigvalsh(helpers.promote(a_np))
+    for _ in range(2):  # the second round runs every form from its plan
+        w, v = jaxmg.syevd(a)
+        w2, v2, info = jaxmg.syevd(a, return_info=True)
+        values = jaxmg.syevd(a, compute_vectors=False)
+        values2, info2 = jaxmg.syevd(a, compute_vectors=False, return_info=True)
+        for got in (w, w2, values, values2):
+            np.testing.assert_allclose(np.asarray(got), want_w, atol=tol(n) * np.abs(want_w).max())
+        assert v.shape == v2.shape == (n, n) and int(info) == int(info2) == 0
+        inv = jaxmg.potri(a)
+        inv2, info3 = jaxmg.potri(a, return_info=True)
+        np.testing.assert_allclose(np.asarray(inv2), np.asarray(inv))
+        assert inv.shape == (n, n) and int(info3) == 0
+    for call in (jaxmg.potri, lambda x, **kw: jaxmg.syevd(x, **kw), jaxmg.cho_factor):
+        fresh = helpers.put_rows(a_np, mesh)
+        call(fresh)  # a plan that keeps its input
+        assert not fresh.is_deleted()
+        call(fresh, donate=True)
+        assert fresh.is_deleted()
+
+
+def test_planned_info_follows_each_matrix(rng):
+    n, mesh, _, a, _ = _small_problem(rng)
+    not_spd = helpers.put_rows(-np.eye(n, dtype=DTYPE), mesh)
+    assert int(jaxmg.potri(a, return_info=True)[1]) == 0
+    inv, info = jaxmg.potri(not_spd, return_info=True)  # from the plan just made
+    assert int(info) > 0 and np.isnan(np.asarray(inv)).all()
+    jaxmg.inv(a, assume_a="pos", on_failure="checkify")
+    err, _ = checkify.checkify(lambda x: jaxmg.inv(x, assume_a="pos", on_failure="checkify"))(not_spd)
+    with pytest.raises(checkify.JaxRuntimeError, match="not positive definite"):
+        err.throw()
 
 
 def test_checks_still_refuse_after_a_plan(rng):

@@ -150,7 +150,8 @@ NATIVE, NATIVE_INV, PEER = "jax native", "jax native inv", "JAXMg 0.0.8"
 OURS_IMPLS = (AUTO, MG, MG_JIT, MP, NATIVE, NATIVE_INV)
 TABLE_IMPLS = (AUTO, MG, MP, NATIVE, NATIVE_INV, PEER)
 BACKEND = {AUTO: "auto", MG: "jaxmg", MG_JIT: "jaxmg", MP: "mp"}  # jaxmg's backend= per impl
-IMPL_NAMES = {"auto": AUTO, "mg": MG, "mp": MP, "native": NATIVE, "native-inv": NATIVE_INV, "peer": PEER}
+IMPL_NAMES = {"auto": AUTO, "mg": MG, "mg-jit": MG_JIT, "mp": MP, "native": NATIVE, "native-inv": NATIVE_INV,
+              "peer": PEER}
 
 EVENT_PREFIX = "@@bench "
 ROTATE_MAX_N = 16384  # above this, one input matrix is reused across repeats
@@ -950,10 +951,12 @@ def run_group(bench: Bench, routine: str, dtype: str, n: int, tasks: list[Task],
         if pair and task is pair[1]:
             continue  # measured with pair[0]
         if pair and task is pair[0]:
+            # A crash during the pair is charged to its first task; the second is made again.
+            emit(event="start", id=pair[0].id)
             results = run_pair(bench, pair, inputs, sharding, n_inputs, settings)
-            for paired, result in zip(pair, results):
-                emit(event="start", id=paired.id)
-                emit(event="result", id=paired.id, **result)
+            emit(event="result", id=pair[0].id, **results[0])
+            emit(event="start", id=pair[1].id)
+            emit(event="result", id=pair[1].id, **results[1])
             gc.collect()
             continue
         emit(event="start", id=task.id)
@@ -1318,8 +1321,9 @@ def previous_run(path: pathlib.Path, settings: dict[str, Any]) -> tuple[list[dic
         results = report["results"]
     except (OSError, ValueError, KeyError) as exc:
         sys.exit(f"--resume: cannot read {path} ({short_error(exc)}); give a new --out")
+    # Unset, False and None alike: a JSON from before an option existed did not use it.
     differ = [f"{k}={old.get(k)!r} there, {settings.get(k)!r} now" for k in RESUME_SETTINGS
-              if k != "peer_path" and old.get(k) != settings.get(k)]
+              if k != "peer_path" and (old.get(k) or None) != (settings.get(k) or None)]
     if bool(old.get("peer_path")) != bool(settings.get("peer_path")):
         differ.append("JAXMg 0.0.8 (--peer-path) in one sitting only")
     if differ:
@@ -1366,7 +1370,8 @@ def progress_line(index: int, total: int, task: Task, record: dict[str, Any]) ->
     if "copy_ms" in record:
         text += f" [+ input copy {format_ms(statistics.median(record['copy_ms']))} ms]"
     if record.get("single_call"):
-        text += f" [one call, compiling included: predicted {record['predicted_s']:.3g} s]"
+        predicted = record.get("predicted_s")
+        text += " [one call, compiling included" + (f": predicted {predicted:.3g} s]" if predicted else "]")
     if record.get("paired_ratio") is not None:
         text += f" [paired with jax native: ratio {record['paired_ratio']:.3f} over {len(record['pair_ratios'])}]"
     if status == "failed":
@@ -1424,7 +1429,7 @@ def build_table(records: list[dict[str, Any]], units: list[tuple[int, str | None
         auto, native = found.get(AUTO), found.get(NATIVE)
         ratio = "-"
         if auto and auto.get("paired_ratio") is not None:
-            ratio = f"{auto['paired_ratio']:.3f}"
+            ratio = f"{auto['paired_ratio']:.3f}" + ("~" if auto.get("single_call") else "")
         elif auto and native and auto.get("median_ms") and native.get("median_ms"):
             ratio = f"{auto['median_ms'] / native['median_ms']:.2f}"
         engine = (auto or {}).get("engine") or "-"
@@ -1454,8 +1459,9 @@ def table_notes(records: list[dict[str, Any]], args: argparse.Namespace, errors:
            "auto/native (3 decimals) is the median of the pairs' ratios." if args.paired else ""),
     ]
     if any(r.get("single_call") for r in records):
-        notes.append(f"'~' = one call without a warm-up (--single-call-over {args.single_call_over:g}: "
-                     "predicted from the previous N to take longer), so its time includes compiling.")
+        notes.append("'~' = one call without a warm-up (--single-call-over: predicted from the previous N "
+                     "to take longer), so its time includes compiling; a paired ratio marked '~' compares "
+                     "two such calls.")
     if args.mp:
         notes.append(
             "jaxmg (mp) = backend=\"mp\" (cuSOLVERMp, CUDA GPUs only) with "
@@ -1769,7 +1775,7 @@ def main(argv: list[str] | None = None) -> None:
         plan = [step for step in plan if step[3]]
         settings["known_times"] = [[r["routine"], r["dtype"], r["impl"], r["devices"], r.get("grid"),
                                     r["n"], r["median_ms"] / 1e3]
-                                   for r in records if r.get("status") == "ok" and r.get("median_ms")]
+                                   for r in records if r.get("status") in ("ok", "failed") and r.get("median_ms")]
         print(f"--resume: {len(kept)} of {len(tasks)} measurements kept from {len(sittings)} earlier "
               f"sitting(s) in {out / 'benchmark.json'}", flush=True)
     total, done = len(tasks) - len(records), 0
