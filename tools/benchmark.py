@@ -188,6 +188,16 @@ def record_key(r: dict[str, Any]) -> tuple:
     return r["routine"], r["dtype"], r["n"], r["devices"], r["impl"], r.get("grid")
 
 
+def series_key(task: Task) -> tuple:
+    """One implementation's measurements across N (what --single-call-over predicts from)."""
+    return task.routine, task.dtype, task.impl, task.devices, task.grid
+
+
+def cut_by_budget(record: dict[str, Any]) -> bool:
+    """Not made, or cut, because a time budget ran out: --resume makes it again."""
+    return record.get("status") == "error" and "budget ran out" in str(record.get("error"))
+
+
 def unit_name(d: int, grid: str | None) -> str:
     return grid or f"{d}dev"
 
@@ -360,7 +370,7 @@ class Bench:
         more than S seconds is made once, without a warm-up, its compilation included."""
         repeats, warmup = self.settings["repeats"], self.settings.get("warmup", True)
         limit = self.settings.get("single_call_s")
-        known = self.times.get((task.routine, task.dtype, task.impl, task.devices, task.grid), {})
+        known = self.times.get(series_key(task), {})
         below = [n for n in known if n < task.n]
         if not (limit and warmup and below):
             return repeats, warmup, None
@@ -370,8 +380,7 @@ class Bench:
 
     def remember(self, task: Task, record: dict[str, Any]) -> dict[str, Any]:
         if record.get("median_ms") is not None and record.get("status") in ("ok", "failed"):
-            key = (task.routine, task.dtype, task.impl, task.devices, task.grid)
-            self.times.setdefault(key, {})[task.n] = record["median_ms"] / 1e3
+            self.times.setdefault(series_key(task), {})[task.n] = record["median_ms"] / 1e3
         return record
 
     # -- inputs -----------------------------------------------------------
@@ -1330,8 +1339,7 @@ def previous_run(path: pathlib.Path, settings: dict[str, Any]) -> tuple[list[dic
         sys.exit(f"--resume: {path} was measured with other settings ({'; '.join(differ)}); "
                  "rerun with those, or give a new --out")
     sittings = report.get("sittings") or [{k: report.get(k) for k in ("date", "command", "git", "elapsed_s")}]
-    finished = {record_key(r): r for r in results
-                if not (r.get("status") == "error" and "budget ran out" in str(r.get("error")))}
+    finished = {record_key(r): r for r in results if not cut_by_budget(r)}
     return sittings, finished
 
 
@@ -1830,8 +1838,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.resume:
         sittings.append({"date": started.isoformat(timespec="seconds"), "command": [sys.executable] + sys.argv,
                          "git": git_commit(), "device_kinds": info.get("device_kinds"), "elapsed_s": elapsed,
-                         "measured": sum(1 for r in records if r.get("sitting") == len(sittings)
-                                         and "budget ran out" not in str(r.get("error")))})
+                         "measured": sum(1 for r in records
+                                         if r.get("sitting") == len(sittings) and not cut_by_budget(r))})
     report = {
         "date": (sittings[0]["date"] if sittings else started.isoformat(timespec="seconds")),
         "command": [sys.executable] + sys.argv,

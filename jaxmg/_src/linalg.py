@@ -68,10 +68,7 @@ def _cached_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -
     """_layout, kept as an eager call's plan: a factorisation repeated on arrays of
     the same sharding, shape and dtype skips the checks."""
     key = dist.eager_key((a,), "layout", routine, dist.check_tile(tile_size), mesh, spec, backend)
-    layout = plans.find(key)
-    if layout is None:
-        layout = plans.keep(key, _layout(a, routine, tile_size, mesh, spec, backend, what))
-    return layout
+    return plans.find_or_make(key, lambda: _layout(a, routine, tile_size, mesh, spec, backend, what))
 
 
 def _check_assume_a(assume_a):
@@ -464,7 +461,7 @@ def _spd_inverse_result(a, *, config, with_info):
 spd_inverse_program = jax.jit(_spd_inverse_result, static_argnames=("config", "with_info"))
 
 
-def _planned(key, program, on_failure: str, message: str):
+def _reporting(program, on_failure: str, message: str):
     """A plan: the compiled program, then the on_failure action on its info (last output)."""
 
     def plan(a):
@@ -472,20 +469,21 @@ def _planned(key, program, on_failure: str, message: str):
         report(info, on_failure, message)
         return out[0] if len(out) == 1 else tuple(out)
 
-    return plans.keep(key, plan)
+    return plan
 
 
 def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
     _check_on_failure(on_failure)
     tile = dist.check_tile(tile_size)
     key = dist.eager_key((a,), "inv", tile, mesh, spec, backend, on_failure)
-    plan = plans.find(key)
-    if plan is None:
+
+    def make():
         layout = _layout(a, "potri", tile_size, mesh, spec, backend, "inv")
         config = (layout.placement, tile, layout.engine)
-        plan = _planned(key, functools.partial(spd_inverse_program, config=config, with_info=True),
-                        on_failure, _NOT_SPD)
-    return plan(a)
+        program = functools.partial(spd_inverse_program, config=config, with_info=True)
+        return _reporting(program, on_failure, _NOT_SPD)
+
+    return plans.find_or_make(key, make)(a)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -535,13 +533,14 @@ def _eigen_plan(a, vectors: bool, tile_size, mesh, spec, backend, on_failure):
     _check_on_failure(on_failure)
     tile = dist.check_tile(tile_size)
     key = dist.eager_key((a,), "eigh", vectors, tile, mesh, spec, backend, on_failure)
-    plan = plans.find(key)
-    if plan is None:
+
+    def make():
         layout = _layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
         config = (layout.placement, tile, layout.engine)
         program = functools.partial(syevd_program, config=config, vectors=vectors, with_info=True)
-        plan = _planned(key, program, on_failure, _NO_CONVERGENCE)
-    return plan
+        return _reporting(program, on_failure, _NO_CONVERGENCE)
+
+    return plans.find_or_make(key, make)
 
 
 def eigh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):

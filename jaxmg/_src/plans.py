@@ -6,7 +6,7 @@ problem the checks cost more than the solve's own launch)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 LIMIT = 1024
 _plans: dict[Any, Any] = {}
@@ -22,6 +22,12 @@ def keep(key, plan: Any) -> Any:
             _plans.pop(next(iter(_plans)))  # the oldest
         _plans[key] = plan
     return plan
+
+
+def find_or_make(key, make: Callable[[], Any]) -> Any:
+    """The plan kept under `key`, else make()'s, kept (with no key: made, not kept)."""
+    plan = find(key)
+    return plan if plan is not None else keep(key, make())
 
 
 def count() -> int:
