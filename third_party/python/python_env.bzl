@@ -1,30 +1,73 @@
-"""Repository rule exposing the project's Python interpreter and XLA FFI headers.
+"""Repository rule exposing the Python interpreter jaxmg runs under and its XLA FFI headers.
 
-Environment variables read:
-  JAXMG_PYTHON: the Python interpreter that has jax installed. Default: the
-    project's virtual environment, <workspace>/.venv/bin/python, which
-    `tools/setup` creates from requirements.lock.
+The interpreter is, first found:
+  1. the environment variable JAXMG_PYTHON (one switch for a whole build);
+  2. the `python` attribute (jaxmg_dependencies(python = ...));
+  3. <jaxmg checkout>/.venv/bin/python, which `tools/setup` creates from the lock of
+     the CPython it finds;
+  4. `python3` on PATH.
+It must have jax installed (and pytest, for jaxmg's tests).
 
 The repository provides:
-  :xla_ffi_headers  the XLA FFI C/C++ API headers of the installed jaxlib
-                    (jax.ffi.include_dir()), so the handlers build against the
-                    same FFI version the runtime uses.
-  :python_toolchain a py_runtime pinned to that interpreter, so py_test runs
-                    under it even with --incompatible_strict_action_env.
+  :xla_ffi_headers   the XLA FFI C/C++ API headers of that interpreter's jaxlib
+                     (jax.ffi.include_dir()), so the handlers build against the
+                     FFI version the runtime uses.
+  :python_toolchain  a py_runtime pinned to that interpreter, so py_test runs
+                     under it even with --incompatible_strict_action_env.
+  :environment       the interpreter binary and the metadata file of every
+                     installed distribution: in a test's runfiles, it makes
+                     the environment part of the test's cache key (installing,
+                     removing or upgrading a package re-runs the test).
 """
 
-_FIX = "Run `tools/setup` from the repository root, or point JAXMG_PYTHON at a Python with jax installed."
+_FIX = ("Run `tools/setup` in the jaxmg checkout, set JAXMG_PYTHON, or pass " +
+        "jaxmg_dependencies(python = ...) a Python that has jax installed.")
+
+_PROBE = """
+import json, os, site, sys
+import jax.ffi
+dirs = list(site.getsitepackages())
+if site.ENABLE_USER_SITE:
+    dirs.append(site.getusersitepackages())
+print(json.dumps({
+    "include": jax.ffi.include_dir(),
+    "executable": os.path.realpath(sys.executable),
+    "version": "%d.%d.%d" % sys.version_info[:3],
+    "site": [d for i, d in enumerate(dirs) if os.path.isdir(d) and d not in dirs[:i]],
+}))
+"""
+
+def _interpreter(rctx):
+    """Returns (interpreter path, how it was chosen)."""
+    if rctx.os.environ.get("JAXMG_PYTHON", ""):
+        return rctx.os.environ["JAXMG_PYTHON"], "JAXMG_PYTHON"
+    if rctx.attr.python:
+        return rctx.attr.python, "the python attribute"
+    checkout = rctx.path(Label("//:WORKSPACE")).dirname
+    venv = rctx.path("{}/.venv/bin/python".format(checkout))
+    if venv.exists:
+        # Re-run this rule when tools/setup remakes the venv (perhaps for
+        # another CPython) under the same path.
+        rctx.path(Label("//:.venv/pyvenv.cfg"))
+        return str(venv), "jaxmg's .venv"
+    on_path = rctx.which("python3")
+    if on_path:
+        return str(on_path), "python3 on PATH"
+    fail("jaxmg: no Python interpreter found. " + _FIX)
 
 def _python_env_impl(rctx):
-    workspace = rctx.path(Label("@//:WORKSPACE")).dirname
-    python = rctx.os.environ.get("JAXMG_PYTHON", "") or "{}/.venv/bin/python".format(workspace)
+    python, origin = _interpreter(rctx)
     if not rctx.path(python).exists:
-        fail("jaxmg: Python interpreter {} does not exist. {}".format(python, _FIX))
-    probe = rctx.execute([python, "-c", "import jax.ffi; print(jax.ffi.include_dir())"])
+        fail("jaxmg: Python interpreter {} ({}) does not exist. {}".format(python, origin, _FIX))
+    probe = rctx.execute([python, "-c", _PROBE])
     if probe.return_code != 0:
-        fail("jaxmg: {} cannot import jax.ffi:\n{}\n{}".format(python, probe.stderr, _FIX))
-    rctx.symlink(probe.stdout.strip(), "include")
-    rctx.file("BUILD.bazel", """
+        fail("jaxmg: {} ({}) cannot import jax.ffi:\n{}\n{}".format(python, origin, probe.stderr, _FIX))
+    found = json.decode(probe.stdout.strip().splitlines()[-1])
+    rctx.symlink(found["include"], "include")
+    rctx.symlink(found["executable"], "interpreter/" + rctx.path(found["executable"]).basename)
+    for i, site in enumerate(found["site"]):
+        rctx.symlink(site, "site/{}".format(i))
+    rctx.file("BUILD.bazel", """# Python {version} at {python} ({origin}).
 load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
 
 package(default_visibility = ["//visibility:public"])
@@ -52,10 +95,22 @@ toolchain(
     toolchain = ":runtime_pair",
     toolchain_type = "@bazel_tools//tools/python:toolchain_type",
 )
-""".format(python = python))
+
+filegroup(
+    name = "environment",
+    srcs = glob(["interpreter/*"]) + glob([
+        "site/*/*.dist-info/METADATA",
+        "site/*/*.egg-info/PKG-INFO",
+        "site/*/*.egg-info",
+    ]),
+)
+""".format(python = python, origin = origin, version = found["version"]))
 
 python_env = repository_rule(
     implementation = _python_env_impl,
-    environ = ["JAXMG_PYTHON"],
+    attrs = {
+        "python": attr.string(doc = "Path of the Python interpreter; JAXMG_PYTHON overrides it."),
+    },
+    environ = ["JAXMG_PYTHON", "PATH"],
     local = True,
 )
