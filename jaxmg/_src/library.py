@@ -30,17 +30,21 @@ def target_name(routine: str, dtype, platform: str) -> str:
 
 
 def _candidates() -> list[pathlib.Path]:
-    package = pathlib.Path(__file__).resolve().parent.parent
-    root = package.parent
-    found = []
+    """Where the library is looked for: JAXMG_LIBRARY alone when it is set;
+    otherwise beside the package (an installed wheel), then the Bazel runfiles
+    of a target depending on //jaxmg, whose data puts the library in
+    <repository>/xla_ext/."""
     if os.environ.get("JAXMG_LIBRARY"):
-        found.append(pathlib.Path(os.environ["JAXMG_LIBRARY"]))
-    found += [
-        package / LIBRARY_NAME,  # an installed wheel
-        root / "xla_ext" / LIBRARY_NAME,  # Bazel runfiles
-        root / "bazel-bin" / "xla_ext" / LIBRARY_NAME,  # a source checkout after `bazel build`
-    ]
-    return found
+        return [pathlib.Path(os.environ["JAXMG_LIBRARY"])]
+    # Not resolved: in runfiles the files are symlinks into the source tree, and
+    # the runfiles path, not the symlink's target, leads to the library.
+    package = pathlib.Path(__file__).absolute().parent.parent
+    found = [package / LIBRARY_NAME]
+    in_runfiles = pathlib.Path(package.parent.name, "xla_ext", LIBRARY_NAME)
+    found.append(package.parent.parent / in_runfiles)
+    if os.environ.get("RUNFILES_DIR"):
+        found.append(pathlib.Path(os.environ["RUNFILES_DIR"]) / in_runfiles)
+    return list(dict.fromkeys(found))
 
 
 @functools.cache
@@ -52,8 +56,9 @@ def library() -> ctypes.CDLL:
         tried = "\n  ".join(str(p) for p in candidates)
         raise RuntimeError(
             f"jaxmg: cannot find {LIBRARY_NAME}. Tried:\n  {tried}\n"
-            "Build it with `bazel build //xla_ext:libjaxmg_ffi.so` (tools/setup does this), "
-            "or set JAXMG_LIBRARY to its path."
+            "Install the wheel (`bazel build //:wheel`, then pip install it), depend on "
+            "//jaxmg in Bazel (its data carries the library), or set JAXMG_LIBRARY to a "
+            "libjaxmg_ffi.so (`bazel build //xla_ext:libjaxmg_ffi.so`)."
         )
     lib = ctypes.CDLL(str(path))
     lib.jaxmg_register_lapack.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
