@@ -1,17 +1,21 @@
 """Sums test cases over the test.xml files Bazel left for the given targets
 and prints `N passed, N failed[, N skipped]`. Exits 1 if any failed or a
-target has no result."""
+target has no result.
 
+    count_tests.py --testlogs "$(bazel info bazel-testlogs)" //tests:test_smoke ...
+"""
+
+import argparse
 import pathlib
 import sys
 import xml.etree.ElementTree as ET
 
 
-def main(targets: list[str]) -> int:
+def main(testlogs: pathlib.Path, targets: list[str]) -> int:
     passed = failed = skipped = 0
     for target in targets:
         package, name = target.lstrip("/").split(":")
-        xml = pathlib.Path("bazel-testlogs", package, name, "test.xml")
+        xml = testlogs / package / name / "test.xml"
         if not xml.is_file():
             print(f"{target}: no result", file=sys.stderr)
             failed += 1
@@ -29,4 +33,9 @@ def main(targets: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--testlogs", type=pathlib.Path, required=True,
+                        help="Bazel's test log directory (bazel info bazel-testlogs)")
+    parser.add_argument("targets", nargs="*")
+    args = parser.parse_args()
+    sys.exit(main(args.testlogs, args.targets))

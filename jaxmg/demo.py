@@ -1,12 +1,14 @@
 """The main job: a real distributed solve on the devices present.
 
+    python -m jaxmg.demo [-n N] [--dtype D] [--tile T] [--processes K]
+
 Generates an SPD, a Hermitian and a general matrix row-sharded over every
 device (8 forced host CPU devices when there is no GPU), runs the Cholesky
 solve, SPD inverse, eigendecomposition, LU solve and log-determinant, and a
 Gaussian-process style gradient through the sharded factor, and prints the
 layout, residuals and times. With --processes K the same job runs as K
 processes of one device each (one GPU each where there are GPUs), launched
-with `python -m jaxmg.launch`.
+with `python -m jaxmg.launch`. Exits non-zero if a check fails.
 """
 
 from __future__ import annotations
@@ -35,19 +37,20 @@ def main() -> None:
         import jaxmg.launch
 
         os.environ["JAXMG_DEMO_DEVICES"] = "1"
-        sys.exit(jaxmg.launch.run(args.processes, [sys.executable, __file__, *sys.argv[1:]],
+        sys.exit(jaxmg.launch.run(args.processes, [sys.executable, "-m", "jaxmg.demo", *sys.argv[1:]],
                                   one_gpu_per_process=_gpu_present()))
     devices_here = int(os.environ.get("JAXMG_DEMO_DEVICES", args.devices))
     if not _gpu_present():
         os.environ["XLA_FLAGS"] = (
             os.environ.get("XLA_FLAGS", "") + f" --xla_force_host_platform_device_count={devices_here}"
         )
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
     import jaxmg.launch
 
+    if not _gpu_present() and not os.environ.get("JAX_PLATFORMS"):
+        jax.config.update("jax_platforms", "cpu")  # jax read JAX_PLATFORMS when jaxmg imported it
     jaxmg.launch.initialize()
 
-    import jax
     import jax.numpy as jnp
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
@@ -72,7 +75,8 @@ def main() -> None:
     n_dev = len(devices)
     tile = dist.choose_tile(n, n_dev, args.tile)
     n_pad = dist.padded_size(n, n_dev, tile)
-    say(f"jaxmg {jaxmg.__version__} on {n_dev} x {devices[0].platform} devices "
+    say(f"jaxmg {jaxmg.__version__} from {os.path.dirname(jaxmg.__file__)}, jax {jax.__version__}")
+    say(f"{n_dev} x {devices[0].platform} devices "
           f"({devices[0].device_kind}) in {jax.process_count()} process(es); "
           f"N={n} {dtype.name}, tile T_A={tile}, padded N={n_pad}")
 
