@@ -34,19 +34,31 @@ def _jaxmg_wheel_impl(ctx):
         mnemonic = "Wheel",
         progress_message = "Building the jaxmg wheel",
     )
-    return [DefaultInfo(files = depset([out]))]
+    return [DefaultInfo(files = depset([out]), runfiles = ctx.runfiles(files = [out]))]
 
-jaxmg_wheel = rule(
-    implementation = _jaxmg_wheel_impl,
-    doc = "A directory holding the one .whl (name, version and platform tag from its inputs).",
-    attrs = {
-        "package": attr.label(providers = [PyInfo], doc = "The jaxmg py_library."),
-        "library": attr.label(allow_single_file = [".so"], cfg = _release, doc = "libjaxmg_ffi.so."),
-        "pyproject": attr.label(allow_single_file = True),
-        "readme": attr.label(allow_single_file = True),
-        "_builder": attr.label(default = "//tools:build_wheel", executable = True, cfg = "exec"),
-        "_allowlist_function_transition": attr.label(
-            default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
-        ),
-    },
-)
+def _wheel_rule(release):
+    allowlist = {"_allowlist_function_transition": attr.label(
+        default = "@bazel_tools//tools/allowlists/function_transition_allowlist",
+    )} if release else {}
+    return rule(
+        implementation = _jaxmg_wheel_impl,
+        doc = "A directory holding the one .whl (name, version and platform tag from its inputs).",
+        attrs = dict(allowlist, **{
+            "package": attr.label(providers = [PyInfo], doc = "The jaxmg py_library."),
+            "library": attr.label(
+                allow_single_file = [".so"],
+                cfg = _release if release else "target",
+                doc = "libjaxmg_ffi.so.",
+            ),
+            "pyproject": attr.label(allow_single_file = True),
+            "readme": attr.label(allow_single_file = True),
+            "_builder": attr.label(default = "//tools:build_wheel", executable = True, cfg = "exec"),
+        }),
+    )
+
+# The release wheel: its library is built with -c opt.
+jaxmg_wheel = _wheel_rule(release = True)
+
+# The same wheel around the library of the current configuration (the one the
+# tests load), so testing the wheel compiles nothing twice.
+jaxmg_test_wheel = _wheel_rule(release = False)
