@@ -2,6 +2,7 @@
 library itself never changes it; test_config.py checks that in a process of
 its own)."""
 
+import os
 import zlib
 
 import jax
@@ -17,3 +18,10 @@ def rng(request):
     """A generator seeded by the test's name (parameters included), so every
     case has its own reproducible data."""
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
+
+
+def pytest_report_header(config):
+    """Which jaxmg runs: the checkout's, Bazel's runfiles or an installed wheel."""
+    import jaxmg
+
+    return f"jaxmg {jaxmg.__version__} from {os.path.dirname(jaxmg.__file__)}"

@@ -11,3 +11,10 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="needs a GPU (run by tools/gpu_check on the GPU machine)")
         for item in items:
             item.add_marker(skip)
+
+
+def pytest_report_header(config):
+    """Which jaxmg runs: a checkout's (PYTHONPATH) or an installed wheel."""
+    import importlib.util
+
+    return f"jaxmg from {importlib.util.find_spec('jaxmg').origin}"

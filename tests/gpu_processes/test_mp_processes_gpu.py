@@ -5,6 +5,7 @@ NCCL refuses two ranks on one GPU."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -15,7 +16,9 @@ import pytest
 
 from conftest import GPUS
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Where this process imports jaxmg from (the installed package, or a checkout on
+# PYTHONPATH): the launched ranks import the same one.
+JAXMG_PATH = pathlib.Path(importlib.util.find_spec("jaxmg").origin).parents[1]
 
 JOB = """
 import numpy as np
@@ -65,12 +68,12 @@ def test_mp_one_process_per_gpu(tmp_path):
     logs.mkdir(parents=True, exist_ok=True)
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONPATH=str(JAXMG_PATH), PYTHONUNBUFFERED="1")
     with open(logs / "mp_0_1.out", "w") as out, open(logs / "mp_0_1.err", "w") as err:
         code = subprocess.run(
             [sys.executable, "-m", "jaxmg.launch", "-n", "2", "--gpus", "0,1", "--timeout", "200",
              str(script)],
-            env=env, stdout=out, stderr=err, timeout=230, cwd=ROOT,
+            env=env, stdout=out, stderr=err, timeout=230, cwd=tmp_path,
         ).returncode
     text = (logs / "mp_0_1.out").read_text()
     print(text[-3000:])

@@ -8,6 +8,7 @@ XLA collectives (NCCL refuses two ranks on one GPU)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import pathlib
 import subprocess
@@ -18,7 +19,9 @@ import pytest
 
 from conftest import GPUS
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+# Where this process imports jaxmg from (the installed package, or a checkout on
+# PYTHONPATH): the launched ranks import the same one.
+JAXMG_PATH = pathlib.Path(importlib.util.find_spec("jaxmg").origin).parents[1]
 
 JOB = """
 import os, time
@@ -127,14 +130,14 @@ def launch(tmp_path, gpus: str, dtypes: str, logs: pathlib.Path, timeout: float 
     cut short still leaves what it printed."""
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
-    env = dict(os.environ, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1", JOB_DTYPES=dtypes)
+    env = dict(os.environ, PYTHONPATH=str(JAXMG_PATH), PYTHONUNBUFFERED="1", JOB_DTYPES=dtypes)
     n = len(gpus.split(","))
     name = logs / ("processes_gpus_" + gpus.replace(",", "_"))
     with open(f"{name}.out", "w") as out, open(f"{name}.err", "w") as err:
         code = subprocess.run(
             [sys.executable, "-m", "jaxmg.launch", "-n", str(n), "--gpus", gpus,
              "--timeout", str(timeout), str(script)],
-            env=env, stdout=out, stderr=err, timeout=timeout + 30, cwd=ROOT,
+            env=env, stdout=out, stderr=err, timeout=timeout + 30, cwd=tmp_path,
         ).returncode
     return code, pathlib.Path(f"{name}.out").read_text(), pathlib.Path(f"{name}.err").read_text()
 
