@@ -79,26 +79,26 @@ def call(routine: str, placement, operands, results, *, tile: int, alias=True, *
         library.library()
     call_id = _call_id(placement, platform)
     index = jax.lax.axis_index(placement.axis).astype(jnp.int32)
-    # The layout conversion moves bytes: one target serves every dtype.
-    if routine == "layout":
-        target = f"jaxmg_layout_{platform}"
-    else:
-        target = library.target_name(routine, a.dtype, platform)
+    engine = "mg" if platform == "cuda" else "lapack"
     fn = jax.ffi.ffi_call(
-        target,
+        library.target_name(engine, routine, a.dtype),
         results,
         input_output_aliases={0: 0} if alias else None,
         vmap_method="sequential",
     )
-    return fn(
-        *operands,
-        index,
+    site = dict(
         n_devices=np.int64(placement.n_devices),
         tile=np.int64(tile),
         call_id=np.int64(call_id),
         timeout_ms=np.int64(distribution.timeout_ms()),
-        **attrs,
     )
+    options = dict(
+        b_sharded=bool(attrs.pop("b_sharded", False)),
+        trans=np.int64(attrs.pop("trans", 0)),
+        vectors=bool(attrs.pop("vectors", True)),
+        to_block_cyclic=bool(attrs.pop("to_block_cyclic", True)),
+    )
+    return fn(*operands, index, site=site, options=options, **attrs)
 
 
 def info_shape():

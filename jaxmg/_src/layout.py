@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import collective, distribution as dist
@@ -17,11 +18,20 @@ def convert_block(a, *, placement, tile: int, to_block_cyclic: bool = True):
     Read column-major, the blocks are the column blocks of a^T; after the
     conversion device d's local slot s holds tile s * n + d.
     """
-    results = (jax.ShapeDtypeStruct(a.shape, a.dtype),)
+    # The conversion moves bytes: another dtype travels as the float of its width.
+    carrier = a.dtype if a.dtype in _SOLVER_DTYPES else _CARRIERS.get(a.dtype.itemsize)
+    if carrier is None:
+        raise TypeError(f"jaxmg: the layout moves elements of 4, 8 or 16 bytes, got {a.dtype}")
+    bits = jax.lax.bitcast_convert_type(a, carrier) if a.dtype != carrier else a
+    results = (jax.ShapeDtypeStruct(bits.shape, bits.dtype),)
     (out,) = collective.call(
-        "layout", placement, (a,), results, tile=tile, to_block_cyclic=to_block_cyclic
+        "layout", placement, (bits,), results, tile=tile, to_block_cyclic=to_block_cyclic
     )
-    return out
+    return jax.lax.bitcast_convert_type(out, a.dtype) if a.dtype != carrier else out
+
+
+_SOLVER_DTYPES = frozenset(jnp.dtype(d) for d in dist.SUPPORTED_DTYPES)
+_CARRIERS = {4: jnp.dtype(jnp.float32), 8: jnp.dtype(jnp.float64)}
 
 
 @functools.partial(jax.jit, static_argnames=("mesh", "axis", "tile", "to_block_cyclic"))

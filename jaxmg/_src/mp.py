@@ -26,7 +26,6 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import collective, cyclic, distribution as dist, library
 
-ROUTINES = ("mp_potrf", "mp_potrs", "mp_getrf", "mp_getrs", "mp_syevd", "mp_qr")
 # cuSOLVERMp < 0.9.0: syevd may fail for block sizes that are not powers of
 # two (jaxmg's blocks always are); < 0.9.1: wrong eigenvectors on some large
 # problems (release notes).
@@ -49,10 +48,7 @@ def load() -> ctypes.CDLL:
     error = ctypes.create_string_buffer(4096)
     if lib.jaxmg_cusolvermp_init(":".join(library.cuda_search_path()).encode(), error, len(error)):
         raise RuntimeError(error.value.decode())
-    for routine in ROUTINES:
-        for dtype in library.DTYPE_PREFIX:
-            name = library.target_name(routine, dtype, "cuda")
-            jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(getattr(lib, name)), platform="CUDA")
+    library.register("mp")
     return lib
 
 
@@ -158,18 +154,24 @@ def _group(device_ids: tuple[int, ...]) -> dict:
     )
 
 
+# jaxmg's names for cuSOLVERMp's solves: the library's potrs and getrs take a factor.
+_ROUTINE = {"potrs": "cholsolve", "getrs": "lusolve"}
+
+
 def call(routine: str, placement: dist.Placement, operands, results, *, block: int,
          aliases=None):
     """Calls jaxmg_<x>mp_<routine>_cuda on this rank's blocks (inside shard_map)."""
     load()
     devices = collective._axis_devices(placement, "with backend='mp'")
-    attrs = _group(tuple(d.id for d in devices))
     r, c = cyclic.grid(placement)
-    target = library.target_name("mp_" + routine, operands[0].dtype, "cuda")
+    # A rank's row-major block is, read column-major, its local matrix of the
+    # transpose on a c x r grid.
+    grid = dict(_group(tuple(d.id for d in devices)), block=np.int64(block), rows=np.int64(c),
+                cols=np.int64(r))
+    target = library.target_name("mp", _ROUTINE.get(routine, routine), operands[0].dtype)
     fn = jax.ffi.ffi_call(target, results, input_output_aliases=aliases,
                           vmap_method="sequential")
-    return fn(*operands, block=np.int64(block), grid_rows=np.int64(c), grid_cols=np.int64(r),
-              **attrs)
+    return fn(*operands, grid=grid)
 
 
 def _shard_map(body, placement, in_specs, out_specs):
