@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, distribution as dist
+from jaxmg._src import collective, config
+from jaxmg._src.placement import Placement
 
 
 def convert_block(a, *, placement, tile: int, to_block_cyclic: bool = True):
@@ -30,7 +31,7 @@ def convert_block(a, *, placement, tile: int, to_block_cyclic: bool = True):
     return jax.lax.bitcast_convert_type(out, a.dtype) if a.dtype != carrier else out
 
 
-_SOLVER_DTYPES = frozenset(jnp.dtype(d) for d in dist.SUPPORTED_DTYPES)
+_SOLVER_DTYPES = frozenset(jnp.dtype(d) for d in config.SUPPORTED_DTYPES)
 _CARRIERS = {4: jnp.dtype(jnp.float32), 8: jnp.dtype(jnp.float64)}
 
 
@@ -38,7 +39,7 @@ _CARRIERS = {4: jnp.dtype(jnp.float32), 8: jnp.dtype(jnp.float64)}
 def block_cyclic(a, *, mesh, axis: str, tile: int, to_block_cyclic: bool = True):
     """The whole row-sharded (N, N) matrix after conversion: row block d holds
     rows of tiles d, d + n, d + 2n, ... (N must be a multiple of n * tile)."""
-    placement = dist.Placement(mesh, axis, manual=False)
+    placement = Placement(mesh, axis, manual=False)
     spec = P(axis, None)
     return jax.shard_map(
         functools.partial(

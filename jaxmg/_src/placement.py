@@ -1,41 +1,18 @@
-"""How a jaxmg call maps onto devices: argument checks, the mesh and row axis
-the matrix is sharded over, tile size and padding."""
+"""Where a call runs: the mesh and the row axis (or axes) a matrix is sharded
+over, read from the arguments, the array's sharding or the context, and the
+devices and platform that follow from them."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import itertools
 import math
-import os
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-SUPPORTED_DTYPES = (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128)
-DEFAULT_TILE = 1024
-_DEFAULT_TIMEOUT_S = 300.0
-_CALL_IDS = itertools.count(1)
-
-
-def next_call_id() -> int:
-    """A fresh id for one call site in a traced program (rendezvous key)."""
-    return next(_CALL_IDS)
-
-
-def timeout_ms() -> int:
-    """How long a device waits for the others to arrive at a call."""
-    raw = os.environ.get("JAXMG_TIMEOUT_S", "")
-    try:
-        seconds = float(raw) if raw else _DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"JAXMG_TIMEOUT_S={raw!r} is not a number of seconds") from None
-    if seconds <= 0:
-        raise ValueError(f"JAXMG_TIMEOUT_S={raw!r} must be positive")
-    return int(seconds * 1000)
-
+from jaxmg._src import processes
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
@@ -56,16 +33,7 @@ class Placement:
         return math.prod(self.mesh.shape[ax] for ax in self.axes)
 
 
-def check_rank2(a, name: str = "a") -> None:
-    shape = getattr(a, "shape", None)
-    if shape is None or len(shape) != 2:
-        raise ValueError(
-            f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}; "
-            "use jax.vmap for batches"
-        )
-
-
-def check_square(a, placement: "Placement", name: str = "a") -> int:
+def check_square(a, placement: Placement, name: str = "a") -> int:
     """The global order N; inside shard_map `a` is a device's (N/n, N) block."""
     rows, cols = a.shape
     if placement.manual:
@@ -78,34 +46,6 @@ def check_square(a, placement: "Placement", name: str = "a") -> int:
     elif rows != cols:
         raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}")
     return int(cols)
-
-
-def check_dtype(a, name: str = "a") -> np.dtype:
-    dtype = jnp.dtype(a.dtype)
-    if dtype in (jnp.float16, jnp.bfloat16):
-        raise TypeError(
-            f"jaxmg: {name} has dtype {dtype.name}, which the solvers do not support; "
-            f"cast it first, e.g. {name}.astype(jnp.float32)"
-        )
-    if dtype not in _SUPPORTED:
-        raise TypeError(
-            f"jaxmg: {name} has dtype {dtype.name}; supported are float32, float64, "
-            "complex64 and complex128 (float64/complex128 need jax_enable_x64)"
-        )
-    return dtype
-
-
-_SUPPORTED = frozenset(np.dtype(d) for d in SUPPORTED_DTYPES)
-
-
-def check_tile(tile_size) -> int | None:
-    if tile_size is None:
-        return None
-    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
-        raise TypeError(f"jaxmg: tile_size must be a positive int, got {tile_size!r}")
-    if tile_size < 1:
-        raise ValueError(f"jaxmg: tile_size must be a positive int, got {tile_size}")
-    return int(tile_size)
 
 
 def _rows_axis(spec, name: str):
@@ -268,8 +208,6 @@ def _check_one_process(mesh: Mesh) -> None:
     one device per process."""
     devices = list(mesh.devices.flat)
     if len({d.process_index for d in devices}) > 1:
-        from jaxmg._src import processes
-
         processes.check_one_device_per_process(devices)
 
 
@@ -300,89 +238,37 @@ def _manual_placement(abstract, mesh, spec, name: str) -> Placement:
     return Placement(mesh if mesh is not None else abstract, rows, manual=True)
 
 
-def choose_tile(n: int, n_devices: int, requested: int | None) -> int:
-    """The tile width T_A: as requested, but never wider than a device's share."""
-    tile = requested if requested is not None else DEFAULT_TILE
-    return max(1, min(tile, math.ceil(n / n_devices)))
+_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}
 
 
-def padded_size(n: int, n_devices: int, tile: int) -> int:
-    step = n_devices * tile
-    return math.ceil(n / step) * step
+def concrete_mesh(placement: Placement):
+    """The concrete Mesh of the call: given, or (inside shard_map, where only
+    an AbstractMesh is visible) the one set with `jax.set_mesh`."""
+    if isinstance(placement.mesh, Mesh):
+        return placement.mesh
+    return context_concrete_mesh()
 
 
-def largest_divisor_at_most(n: int, limit: int) -> int:
-    """Tile for local blocks inside shard_map, where rows cannot be re-padded."""
-    for t in range(min(n, limit), 0, -1):
-        if n % t == 0:
-            return t
-    return 1
+def platform_of(placement: Placement) -> str:
+    mesh = concrete_mesh(placement)
+    if mesh is not None:
+        platform = mesh.devices.flat[0].platform
+    else:
+        device = getattr(placement.mesh, "abstract_device", None)
+        platform = device.platform if device is not None else jax.default_backend()
+    if platform not in _PLATFORMS:
+        raise NotImplementedError(f"jaxmg: no backend for platform {platform!r} (cpu and cuda exist)")
+    return _PLATFORMS[platform]
 
 
-def pad_matrix(a, n_pad: int, diagonal):
-    """Embeds a in an n_pad x n_pad matrix, `diagonal` on the extra diagonal."""
-    n = a.shape[0]
-    if n_pad == n:
-        return a
-    a = jnp.pad(a, ((0, n_pad - n), (0, n_pad - n)))
-    # An elementwise select, not a scatter: it keeps a's sharding as it is.
-    rows = jnp.arange(n_pad)[:, None]
-    cols = jnp.arange(n_pad)[None, :]
-    return jnp.where((rows == cols) & (rows >= n), jnp.asarray(diagonal, a.dtype), a)
-
-
-def pad_rows(b, n_pad: int):
-    n = b.shape[0]
-    return b if n_pad == n else jnp.pad(b, ((0, n_pad - n), (0, 0)))
-
-
-def is_explicit(placement: Placement) -> bool:
-    types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
-    return all(types[ax] == jax.sharding.AxisType.Explicit for ax in placement.axes)
-
-
-def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
-    """x restricted to its first n entries along `dims`. Explicit sharding
-    cannot split n unevenly over the devices: such a result is replicated."""
-    if all(x.shape[d] == n for d in dims):
-        return x
-    if is_explicit(placement) and n % placement.n_devices:
-        x = constrain(x, placement, P())
-    index = tuple(slice(0, n) if d in dims else slice(None) for d in range(x.ndim))
-    return x[index]
-
-
-def _even(shape, placement: Placement, spec):
-    """spec, or P() where explicit sharding would split a dimension unevenly
-    (it allows no uneven shards)."""
-    if is_explicit(placement):
-        entries = tuple(spec) + (None,) * (len(shape) - len(spec))
-        if any(e is not None and shape[d] % placement.n_devices for d, e in enumerate(entries)):
-            return P()
-    return spec
-
-
-def constrain_result(x, placement: Placement, spec):
-    """constrain() for a result: a dimension the devices cannot split evenly
-    stays whole under explicit sharding."""
-    return constrain(x, placement, _even(x.shape, placement, spec))
-
-
-def matmul(x, y, placement: Placement, spec, precision=None):
-    """x @ y with its result sharded as `spec` (explicit sharding needs the
-    output named where both contracted dimensions are sharded); a dimension
-    the devices cannot split evenly stays whole."""
-    mm = functools.partial(jnp.matmul, precision=precision)
-    if is_explicit(placement):
-        spec = _even((x.shape[0], y.shape[-1]), placement, spec)
-        return mm(x, y, out_sharding=NamedSharding(placement.mesh, spec))
-    return constrain(mm(x, y), placement, spec)
-
-
-def constrain(x, placement: Placement, spec):
-    if placement.manual:
-        return x
-    sharding = NamedSharding(placement.mesh, spec)
-    if is_explicit(placement):
-        return jax.sharding.reshard(x, sharding)
-    return jax.lax.with_sharding_constraint(x, sharding)
+def axis_devices(placement: Placement, why: str):
+    """The devices along the call's axis, in axis order."""
+    mesh = concrete_mesh(placement)
+    if mesh is None:
+        raise ValueError(
+            f"jaxmg: inside shard_map {why}, pass mesh= (the concrete jax.sharding.Mesh) or "
+            "call under `with jax.set_mesh(mesh):`"
+        )
+    # The row axes first, in order (the first one major), as P((r, c), None) deals rows.
+    axes = [mesh.axis_names.index(ax) for ax in placement.axes]
+    return list(np.moveaxis(mesh.devices, axes, list(range(len(axes)))).reshape(-1))

@@ -24,7 +24,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, cyclic, distribution as dist, library
+from jaxmg._src import config, cyclic, library, processes, sharding
+from jaxmg._src.engines import base
+from jaxmg._src.placement import Placement, axis_devices, platform_of
 
 # cuSOLVERMp < 0.9.0: syevd may fail for block sizes that are not powers of
 # two (jaxmg's blocks always are); < 0.9.1: wrong eigenvectors on some large
@@ -65,9 +67,9 @@ def version() -> int:
     return out.value
 
 
-def check(placement: dist.Placement, routine: str, instead: str = "'jaxmg'") -> None:
+def check(placement: Placement, routine: str, instead: str = "'jaxmg'") -> None:
     """Refuses what the mp engine cannot run, saying what to do instead."""
-    if collective.platform_of(placement) != "cuda":
+    if platform_of(placement) != "cuda":
         raise ValueError(
             f"jaxmg: backend='mp' ({routine}) runs cuSOLVERMp on CUDA GPUs; on this platform use "
             f"backend={instead} or 'auto'"
@@ -77,7 +79,7 @@ def check(placement: dist.Placement, routine: str, instead: str = "'jaxmg'") -> 
             f"jaxmg: backend='mp' inside shard_map runs potrs and syevd on the blocks; call "
             f"{routine} outside shard_map or use backend={instead}"
         )
-    devices = collective._axis_devices(placement, "with backend='mp'")
+    devices = axis_devices(placement, "with backend='mp'")
     here = [int(d.local_hardware_id) for d in devices if d.process_index == jax.process_index()]
     if len(set(here)) != len(here):
         raise ValueError(
@@ -86,13 +88,13 @@ def check(placement: dist.Placement, routine: str, instead: str = "'jaxmg'") -> 
         )
 
 
-def block_size(n: int, placement: dist.Placement, limit: int | None = None) -> int:
+def block_size(n: int, placement: Placement, limit: int | None = None) -> int:
     """cuSOLVERMp's block (a power of two) for an order-n matrix on this placement."""
     default = ONE_RANK_BLOCK if placement.n_devices == 1 else MANY_RANKS_BLOCK
     return cyclic.choose_block(n, placement, limit or default)
 
 
-def dividing_block(n: int, placement: dist.Placement, limit: int | None = None) -> int:
+def dividing_block(n: int, placement: Placement, limit: int | None = None) -> int:
     """Inside shard_map, where blocks cannot be padded: the largest power of
     two up to the default (or `limit`) that splits every rank's share of n."""
     r, c = cyclic.grid(placement)
@@ -138,14 +140,12 @@ def _group(device_ids: tuple[int, ...]) -> dict:
             raise RuntimeError(error.value.decode())
         group = hex_id.value.decode()
     if len({d.process_index for d in devices}) > 1:
-        from jaxmg._src import processes
-
         key = _GROUP_KEY.format(hashlib.sha1(repr(device_ids).encode()).hexdigest())
         client = processes._client()
         if devices[0].process_index == me:
             client.key_value_set(key, group, allow_overwrite=True)
         else:
-            group = client.blocking_key_value_get(key, dist.timeout_ms())
+            group = client.blocking_key_value_get(key, config.timeout_ms())
     return dict(
         group=group,
         n_ranks=np.int64(len(devices)),
@@ -158,11 +158,11 @@ def _group(device_ids: tuple[int, ...]) -> dict:
 _ROUTINE = {"potrs": "cholsolve", "getrs": "lusolve"}
 
 
-def call(routine: str, placement: dist.Placement, operands, results, *, block: int,
+def call(routine: str, placement: Placement, operands, results, *, block: int,
          aliases=None):
     """Calls jaxmg_<x>mp_<routine>_cuda on this rank's blocks (inside shard_map)."""
     load()
-    devices = collective._axis_devices(placement, "with backend='mp'")
+    devices = axis_devices(placement, "with backend='mp'")
     r, c = cyclic.grid(placement)
     # A rank's row-major block is, read column-major, its local matrix of the
     # transpose on a c x r grid.
@@ -182,7 +182,7 @@ def _shard_map(body, placement, in_specs, out_specs):
 
 
 def _info():
-    return collective.info_shape()
+    return jax.ShapeDtypeStruct((1,), jnp.int32)
 
 
 def _specs(placement):
@@ -263,7 +263,7 @@ def _grid_rows_part(xt, placement):
     shard_map, else xt constrained that way."""
     cols = placement.axes[1:]
     if not placement.manual:
-        return dist.constrain(xt, placement, P(None, _specs(placement)[1][0]))
+        return sharding.constrain(xt, placement, P(None, _specs(placement)[1][0]))
     if not cols:
         return xt
     size = xt.shape[1] // cyclic.grid(placement)[1]
@@ -274,7 +274,7 @@ def _whole(xt, placement):
     """The inverse of _grid_rows_part: xt whole on every rank."""
     cols = placement.axes[1:]
     if not placement.manual:
-        return dist.constrain(xt, placement, P())
+        return sharding.constrain(xt, placement, P())
     return jax.lax.all_gather(xt, cols, axis=1, tiled=True) if cols else xt
 
 
@@ -288,7 +288,7 @@ def potrs(factor, b_pad, placement, block):
 def getrf(a_pad, placement, block):
     """LU of A (the ranks get A^T's blocks, i.e. A's): cyclic lu, global pivots."""
     spec, _ = _specs(placement)
-    at = dist.constrain(a_pad.T, placement, P(placement.axis, None))
+    at = sharding.constrain(a_pad.T, placement, P(placement.axis, None))
 
     def body(blk):
         results = (
@@ -302,13 +302,13 @@ def getrf(a_pad, placement, block):
     lu, piv, info = _shard_map(body, placement, (spec,), (spec, P(spec[0]), P()))(
         cyclic.to_cyclic(at, placement, block))
     _, back = _order(a_pad.shape[0], placement, block, 0)
-    return lu, dist.constrain(piv, placement, P())[back], info[0]
+    return lu, sharding.constrain(piv, placement, P())[back], info[0]
 
 
 def getrs(lu, piv, b_pad, placement, block):
     order, _ = _order(b_pad.shape[0], placement, block, 0)
     spec, _ = _specs(placement)
-    piv = dist.constrain(piv[order], placement, P(spec[0]))  # never inside shard_map
+    piv = sharding.constrain(piv[order], placement, P(spec[0]))  # never inside shard_map
     xt = _solve_columns("getrs", (lu, piv), (spec, P(spec[0])), b_pad, placement, block)
     return xt.T
 
@@ -361,7 +361,7 @@ def gels(a, b, placement):
 
 def solve_with_qr(q, r, b, placement):
     """R^-1 Q^H B, replicated."""
-    qhb = dist.constrain(jnp.conj(q).T @ dist.constrain(b, placement, P()), placement, P())
+    qhb = sharding.constrain(jnp.conj(q).T @ sharding.constrain(b, placement, P()), placement, P())
     return jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
 
 
@@ -372,7 +372,7 @@ def qr(a, placement, limit=None):
     a_pad = pad_rectangular(a, placement, block)
     rows_spec = P(placement.axis, None)
     spec, _ = _specs(placement)
-    at = cyclic.to_cyclic(dist.constrain(a_pad.T, placement, rows_spec), placement, block)
+    at = cyclic.to_cyclic(sharding.constrain(a_pad.T, placement, rows_spec), placement, block)
     n_pad = a_pad.shape[1]
     n_grid_rows = cyclic.grid(placement)[1]
 
@@ -386,9 +386,9 @@ def qr(a, placement, limit=None):
         return q, r, _worst(info, placement)
 
     qt, rt, info = _shard_map(body, placement, (spec,), (spec, spec, P()))(at)
-    q = dist.constrain(cyclic.from_cyclic(qt, placement, block).T, placement, rows_spec)
-    q = dist.unpad(dist.unpad(q, placement, m, (0,)), placement, n, (1,))
-    rt = dist.constrain(cyclic.from_cyclic(rt, placement, block), placement, P())
+    q = sharding.constrain(cyclic.from_cyclic(qt, placement, block).T, placement, rows_spec)
+    q = sharding.unpad(sharding.unpad(q, placement, m, (0,)), placement, n, (1,))
+    rt = sharding.constrain(cyclic.from_cyclic(rt, placement, block), placement, P())
     r = jnp.triu(rt.T[:n, :n])
     return q, r, info[0]
 
@@ -412,3 +412,108 @@ def diagonal(x, placement, block):
         return jax.lax.psum(jnp.where(mine, d, jnp.zeros_like(d)), placement.axes[1:]), g
 
     return _shard_map(body, placement, (spec,), (P(axis), P(axis)))(x)
+
+
+# --------------------------------------------------------------------------
+# The engine: JAX's global arrays in, padded to whole blocks on the grid
+# --------------------------------------------------------------------------
+
+
+def _padded(a, layout, diagonal):
+    n_pad = cyclic.padded(layout.n, layout.tile, layout.placement)
+    return sharding.constrain(sharding.pad_matrix(a, n_pad, diagonal), layout.placement,
+                              layout.row_spec)
+
+
+def _failed_to_nan(x, info):
+    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
+
+
+def _b_spec(placement, b_sharded):
+    return P(placement.axis, None) if b_sharded else P()
+
+
+class Mp(base.Engine):
+    name = "mp"
+
+    def tile(self, routine, n, placement, requested):
+        return block_size(n, placement, requested)
+
+    def cholesky(self, a, layout):
+        return potrf(_padded(a, layout, 1), layout.placement, layout.tile)
+
+    def cho_solve(self, factor, info, b, layout, b_sharded):
+        b_pad = sharding.pad_rows(b, factor.shape[0])
+        x = potrs(factor, b_pad, layout.placement, layout.tile)[: layout.n]
+        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+                                         _b_spec(layout.placement, b_sharded))
+
+    def cholesky_logdet(self, factor, info, layout):
+        diag, g = diagonal(factor, layout.placement, layout.tile)
+        diag = jnp.where(g < layout.n, diag, 1)
+        logdet = 2 * jnp.sum(jnp.log(jnp.real(diag)))
+        return jnp.where(info == 0, logdet, jnp.nan)
+
+    def lu(self, a, layout):
+        return getrf(_padded(a, layout, 1), layout.placement, layout.tile)
+
+    def lu_solve(self, lu, piv, info, b, layout, b_sharded, trans):
+        if trans != 0:
+            raise ValueError(
+                "jaxmg: backend='mp' solves with A only (cuSOLVERMp's getrs has no transpose); "
+                "jaxmg.lu_solve(trans=1 or 2) factors op(A) again from the matrix the factor "
+                "keeps, which a donated factor no longer has: keep the factor (do not donate it) "
+                "or, on one machine, use backend='jaxmg'"
+            )
+        b_pad = sharding.pad_rows(b, lu.shape[0])
+        x = getrs(lu, piv, b_pad, layout.placement, layout.tile)[: layout.n]
+        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+                                         _b_spec(layout.placement, b_sharded))
+
+    def lu_slogdet(self, lu, piv, info, layout):
+        diag, g = diagonal(lu, layout.placement, layout.tile)
+        diag = jnp.where(g < layout.n, diag, 1)
+        # Every rank's pivots cover all rows; the last row pivots with itself,
+        # which gives the numbering's base.
+        rows = jnp.arange(piv.shape[0])
+        swaps = jnp.sum(piv != rows + (piv[-1] - rows[-1]))
+        return base.slogdet_from(diag, swaps, lu.dtype)
+
+    def syevd(self, a, layout, vectors):
+        placement, n = layout.placement, layout.n
+        n_pad = cyclic.padded(n, layout.tile, placement)
+        check_syevd(vectors)
+        # Padding eigenvalues exceed every |eigenvalue| of a (<= its inf-norm),
+        # so they sort last and the leading n pairs are a's own.
+        pad_value = jnp.max(jnp.sum(jnp.abs(a), axis=1)) + 1 if n_pad > n else 1
+        a = sharding.constrain(sharding.pad_matrix(a, n_pad, pad_value), placement,
+                               layout.row_spec)
+        vh, w, info = syevd(a, placement, layout.tile)
+        v = sharding.unpad(jnp.conj(vh).T, placement, n, (0, 1)) if vectors else None
+        return w[:n], v, info
+
+    def potrs_blocks(self, a, b, placement, tile):
+        """a is this device's (N/n, N) block, b its rows of B or all of it; no
+        padding is possible there, so the block divides every rank's share."""
+        rows, n = a.shape
+        placement = Placement(placement.mesh, placement.axis, manual=True)
+        b_sharded = b.shape[0] == rows and rows != n
+        whole_b = jax.lax.all_gather(b, placement.axes, tiled=True) if b_sharded else b
+        t = dividing_block(n, placement, tile)
+        factor, info = potrf(a, placement, t)
+        x = _failed_to_nan(potrs(factor, whole_b, placement, t), info)
+        if b_sharded:
+            x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(placement.axes) * rows, rows, 0)
+        return x, info
+
+    def syevd_blocks(self, a, placement, tile, vectors):
+        check_syevd(vectors)
+        placement = Placement(placement.mesh, placement.axis, manual=True)
+        vh, w, info = syevd(a, placement, dividing_block(a.shape[1], placement, tile))
+        return w, (vh if vectors else None), info
+
+    def qr(self, a, placement):
+        return qr(a, placement)
+
+
+ENGINE = Mp()
