@@ -12,15 +12,12 @@ def engine_of(routine: str, n: int, a, tile: int | None, backend: str) -> tuple[
     """Which engine jaxmg runs for this call, and its tile width (for "mp":
     cuSOLVERMp's block, which `tile` only bounds); (None, None) if unknown."""
     try:
-        from jaxmg._src import dispatch, distribution as dist
+        from jaxmg._src import dispatch, placement as placement_mod
 
-        placement = dist.resolve_placement(a, None, None)
-        engine = dispatch.choose(DISPATCH_NAME.get(routine, routine), n, placement, backend)
-        if engine == "mp":
-            from jaxmg._src import mp
-
-            return engine, mp.block_size(n, placement, tile)
-        return engine, dist.choose_tile(n, placement.n_devices, tile) if engine == "jaxmg" else None
+        placement = placement_mod.resolve_placement(a, None, None)
+        layout = dispatch.layout(DISPATCH_NAME.get(routine, routine), n, placement, tile, backend)
+        name = layout.engine.name
+        return name, (layout.tile if name in ("jaxmg", "mp") else None)
     except Exception:  # private API: only for the report
         return None, None
 
@@ -28,9 +25,9 @@ def engine_of(routine: str, n: int, a, tile: int | None, backend: str) -> tuple[
 def default_tile(n: int, n_devices: int) -> int | None:
     """The tile jaxmg picks for a call without tile_size, or None if unknown."""
     try:
-        from jaxmg._src import distribution as dist
+        from jaxmg._src.engines import mg
 
-        return dist.choose_tile(n, n_devices, None)
+        return mg.choose_tile(n, n_devices, None)
     except Exception:  # private API: only for the report
         return None
 
@@ -39,10 +36,10 @@ def potrs_program(a):
     """(engine, program, static keywords) of jaxmg.potrs(a, b) with backend="auto":
     the jitted program the eager call dispatches to, called as program(a, b, **keywords)
     (it returns (x, info)); program.lower(a, b, **keywords) gives its HLO."""
-    from jaxmg._src import dispatch, distribution as dist, factors, linalg
+    from jaxmg._src import cholesky, dispatch, placement as placement_mod
 
     n = a.shape[0]
-    placement = dist.resolve_placement(a, None, None)
-    engine = dispatch.choose("potrs", n, placement, "auto")
-    layout = factors.Layout(placement, n, dist.choose_tile(n, placement.n_devices, None), engine)
-    return engine, linalg.solve_pos, {"layout": layout, "b_sharded": False, "with_info": False}
+    placement = placement_mod.resolve_placement(a, None, None)
+    layout = dispatch.layout("potrs", n, placement, None, "auto")
+    return layout.engine.name, cholesky.solve_pos, {"layout": layout, "b_sharded": False,
+                                                    "with_info": False}
