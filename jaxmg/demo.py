@@ -59,7 +59,7 @@ def main() -> None:
         jax.config.update("jax_enable_x64", True)  # the demo's choice, not the library's
     import jaxmg
     from jax.experimental import multihost_utils
-    from jaxmg._src import distribution as dist
+    from jaxmg._src.engines import mg
 
     # Every process checks its results; the first one prints them.
     say = print if jax.process_index() == 0 else (lambda *args, **kwargs: None)
@@ -73,8 +73,8 @@ def main() -> None:
     mesh = jax.make_mesh((len(devices),), ("x",), devices=devices)
     n, dtype = args.n, np.dtype(args.dtype)
     n_dev = len(devices)
-    tile = dist.choose_tile(n, n_dev, args.tile)
-    n_pad = dist.padded_size(n, n_dev, tile)
+    tile = mg.choose_tile(n, n_dev, args.tile)
+    n_pad = mg.padded_size(n, n_dev, tile)
     say(f"jaxmg {jaxmg.__version__} from {os.path.dirname(jaxmg.__file__)}, jax {jax.__version__}")
     say(f"{n_dev} x {devices[0].platform} devices "
           f"({devices[0].device_kind}) in {jax.process_count()} process(es); "

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import cyclic, distribution as dist, mp
+from jaxmg._src import cyclic
+from jaxmg._src.engines import mp
+from jaxmg._src.placement import Placement
 
 MESHES = [
     ((1,), ("x",)),
@@ -28,7 +30,7 @@ MESHES = [
 
 def _placement(shape, names):
     mesh = jax.make_mesh(shape, names, devices=jax.devices()[: int(np.prod(shape))])
-    return dist.Placement(mesh, names if len(names) > 1 else names[0], False)
+    return Placement(mesh, names if len(names) > 1 else names[0], False)
 
 
 def _local(m, t, grid, i, j):

@@ -10,7 +10,8 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import helpers
-from jaxmg._src import distribution, layout
+from jaxmg._src import layout
+from jaxmg._src.placement import Placement
 
 # (devices, N, tile): N is a multiple of devices * tile.
 CASES = [
@@ -109,7 +110,7 @@ def test_convert_block_in_own_shard_map():
     does the same as block_cyclic."""
     devices, n, tile = 4, 24, 3
     mesh = helpers.mesh(devices)
-    placement = distribution.Placement(mesh, "x", manual=True)
+    placement = Placement(mesh, "x", manual=True)
     a = numbered(n, np.float32)
     body = functools.partial(layout.convert_block, placement=placement, tile=tile)
     run = jax.jit(

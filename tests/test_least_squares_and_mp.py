@@ -12,7 +12,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import helpers
 import jaxmg
-from jaxmg._src import mp
+from jaxmg._src.engines import mp
 
 
 @pytest.mark.parametrize("dtype", helpers.DTYPES)
@@ -81,9 +81,9 @@ def test_mp_has_no_potri():
 
 
 def _placement(ranks):
-    from jaxmg._src import distribution as dist
+    from jaxmg._src.placement import Placement
 
-    return dist.Placement(helpers.mesh(ranks), "x", False)
+    return Placement(helpers.mesh(ranks), "x", False)
 
 
 def test_block_size_is_a_power_of_two_with_little_padding():
@@ -131,17 +131,18 @@ def test_padding_leaves_qr_and_least_squares_unchanged(ranks, shape):
 
 
 def test_auto_picks_cusolvermp_across_machines(monkeypatch):
-    from jaxmg._src import collective, dispatch
+    from jaxmg._src import dispatch
 
     placement = _placement(2)
-    monkeypatch.setattr(collective, "platform_of", lambda p: "cuda")
-    assert dispatch.choose("potrs", 65536, placement, "auto") == "jaxmg"  # one machine
+    monkeypatch.setattr(dispatch, "platform_of", lambda p: "cuda")
+    monkeypatch.setattr(mp, "platform_of", lambda p: "cuda")
+    assert dispatch.choose("potrs", 65536, placement, "auto").name == "jaxmg"  # one machine
     monkeypatch.setattr(dispatch, "_machines", lambda p: 2)
     for routine in dispatch.MP_ROUTINES:
-        assert dispatch.choose(routine, 65536, placement, "auto") == "mp"
-        assert dispatch.choose(routine, 1024, placement, "auto") == "mp"
-    assert dispatch.choose("potri", 65536, placement, "auto") == "jax"  # mp has no potri
-    assert dispatch.choose("potrs", 65536, placement, "jaxmg") == "jaxmg"  # as asked
+        assert dispatch.choose(routine, 65536, placement, "auto").name == "mp"
+        assert dispatch.choose(routine, 1024, placement, "auto").name == "mp"
+    assert dispatch.choose("potri", 65536, placement, "auto").name == "jax"  # mp has no potri
+    assert dispatch.choose("potrs", 65536, placement, "jaxmg").name == "jaxmg"  # as asked
 
 
 def test_machines_are_counted_from_the_processes_hosts(monkeypatch):
@@ -159,9 +160,10 @@ def test_machines_are_counted_from_the_processes_hosts(monkeypatch):
 
 
 def test_mp_inside_shard_map_takes_potrs_and_syevd_only(monkeypatch):
-    from jaxmg._src import collective
+    from jaxmg._src import dispatch
 
-    monkeypatch.setattr(collective, "platform_of", lambda p: "cuda")
+    monkeypatch.setattr(dispatch, "platform_of", lambda p: "cuda")
+    monkeypatch.setattr(mp, "platform_of", lambda p: "cuda")
     mesh = helpers.mesh(2)
 
     def body(a_blk):

@@ -14,7 +14,7 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 import helpers
 import jaxmg
 import mp_model
-from jaxmg._src import mp
+from jaxmg._src.engines import mp
 
 MESHES = ["1", "2", "4", "1x2", "2x1", "2x2", "2x4"]
 _REAL_CALL = mp.call
@@ -165,13 +165,14 @@ def test_svd_and_polar_derivatives(kind, dtype, shape):
 def test_each_rank_asks_for_the_transposed_grid(monkeypatch):
     """The handler reads its block as the transpose's local matrix, so an R x C
     mesh asks cuSOLVERMp for a C x R grid (ranks numbered column-major)."""
-    from jaxmg._src import distribution as dist
+    from jaxmg._src.placement import Placement
 
     seen = []
 
     def fake_ffi_call(target, results, **kwargs):
         def run(*operands, **attrs):
-            seen.append((target, attrs["grid_rows"], attrs["grid_cols"], attrs["block"]))
+            grid = attrs["grid"]
+            seen.append((target, grid["rows"], grid["cols"], grid["block"]))
             return tuple(jnp.zeros(r.shape, r.dtype) for r in results)
 
         return run
@@ -181,7 +182,7 @@ def test_each_rank_asks_for_the_transposed_grid(monkeypatch):
     monkeypatch.setattr(mp, "_group", lambda ids: {})
     monkeypatch.setattr(jax.ffi, "ffi_call", fake_ffi_call)
     mesh = _mesh("2x4")
-    placement = dist.Placement(mesh, ("r", "c"), False)
+    placement = Placement(mesh, ("r", "c"), False)
     a = jax.device_put(np.eye(64), NamedSharding(mesh, P(("r", "c"), None)))
     jax.jit(lambda x: mp.potrf(x, placement, 8))(a)
     assert seen and all(s[1:] == (4, 2, 8) for s in seen), seen

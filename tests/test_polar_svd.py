@@ -15,7 +15,9 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import helpers
 import jaxmg
-from jaxmg._src import distribution as dist, mp, polar as polar_mod, syevd
+from jaxmg._src import eigh as eigh_mod, polar as polar_mod, sharding
+from jaxmg._src.engines import mp
+from jaxmg._src.placement import resolve_placement
 
 TALL, SQUARE, WIDE = (12, 5), (8, 8), (5, 12)
 
@@ -206,8 +208,8 @@ def test_qdwh_of_zero_is_finite():
 # --------------------------------------------------------------------------
 
 
-def fake_eigh(h, *, placement, tile, vectors, engine, info=0):
-    w, v = jnp.linalg.eigh(dist.constrain(h, placement, P()))
+def fake_eigh(h, *, layout, vectors, info=0):
+    w, v = jnp.linalg.eigh(sharding.constrain(h, layout.placement, P()))
     return w, (v if vectors else None), jnp.int32(info)
 
 
@@ -216,20 +218,20 @@ def fake_mp(monkeypatch):
     qr_info = {"value": 0}
 
     def fake_qr(y, placement):
-        if dist.is_explicit(placement):
+        if sharding.is_explicit(placement):
             assert jax.typeof(y).sharding.spec == P("x", None), "the stacked matrix is row-sharded"
-        q, r = jnp.linalg.qr(dist.constrain(y, placement, P()))
+        q, r = jnp.linalg.qr(sharding.constrain(y, placement, P()))
         return q, r, jnp.int32(qr_info["value"])
 
     monkeypatch.setattr(mp, "qr", fake_qr)
-    monkeypatch.setattr(syevd, "run", fake_eigh)
+    monkeypatch.setattr(eigh_mod, "run", fake_eigh)
     return qr_info
 
 
 def mp_engine(jitted, a, mesh, **static):
     """Runs polar's / svd's jitted body with engine "mp" (a fresh trace each time)."""
-    placement = dist.resolve_placement(a, mesh, P("x", None))
-    body = functools.partial(jitted.__wrapped__, placement=placement, engine="mp", **static)
+    placement = resolve_placement(a, mesh, P("x", None))
+    body = functools.partial(jitted.__wrapped__, placement=placement, engine=mp.ENGINE, **static)
     return jax.jit(body)(a)
 
 
@@ -287,7 +289,7 @@ def test_mp_failure_gives_nan_and_info(rng, fake_mp, monkeypatch):
     u, p, info = mp_engine(polar_mod._polar, a, m, side="right")
     assert int(info) == 3 and np.isnan(np.asarray(u)).all() and np.isnan(np.asarray(p)).all()
     fake_mp["value"] = 0
-    monkeypatch.setattr(syevd, "run", functools.partial(fake_eigh, info=7))
+    monkeypatch.setattr(eigh_mod, "run", functools.partial(fake_eigh, info=7))
     u, s, vh, info = mp_engine(polar_mod._svd, a, m, compute_uv=True)
     assert int(info) == 7
     assert all(np.isnan(np.asarray(x)).all() for x in (u, s, vh))

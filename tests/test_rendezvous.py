@@ -23,7 +23,8 @@ from jax.sharding import NamedSharding, PartitionSpec as P
 
 import helpers
 import jaxmg
-from jaxmg._src import distribution, layout, library
+from jaxmg._src import layout, library
+from jaxmg._src.placement import Placement
 
 CONDITION = 10.0
 
@@ -223,7 +224,7 @@ def test_same_mesh_sequential_programs_interleaved(rng):
 def test_missing_participant_times_out(monkeypatch, devices, callers, missing):
     monkeypatch.setenv("JAXMG_TIMEOUT_S", "0.5")  # read when the call is traced
     mesh = helpers.mesh(devices)
-    placement = distribution.Placement(mesh, "x", manual=True)
+    placement = Placement(mesh, "x", manual=True)
     convert = functools.partial(layout.convert_block, placement=placement, tile=1)
 
     def body(block):

@@ -1,12 +1,13 @@
-"""jaxmg's forced cuSOLVERMg potrs on one GPU beside cuSOLVERMg called directly
-(issue 3: a per-call overhead over the raw library under 1 ms at N=1024).
+"""jaxmg's forced cuSOLVERMg potrs on one GPU beside cuSOLVERMg called directly:
+jaxmg's per-call overhead over the raw library (target: under 1 ms at N=1024).
 
-    CUDA_VISIBLE_DEVICES=0 PYTHONPATH=. python3 tools/mg_overhead.py --raw-log raw.log
+    CUDA_VISIBLE_DEVICES=0 python3 tools/mg_overhead.py --raw-log raw.log
 
 The raw figure is the `raw_cusolvermg potrs ... median_ms=` line that
 tools/raw_mg/raw_mg_bench printed into --raw-log (potrf + potrs + device
-synchronisation, A restored untimed before each call). Here each call is timed
-up to block_until_ready, the modes interleaved call by call:
+synchronisation, A restored untimed before each call); `tools/gpu_check raw`
+runs both. Here each call is timed up to block_until_ready, the modes
+interleaved call by call:
 
     eager    jaxmg.potrs(a, b, backend="jaxmg")
     jit      the same inside the caller's jax.jit (mesh and spec passed)
@@ -19,10 +20,15 @@ Exits 1 if a result's residual |A x - b| / |b| exceeds 1e-8 (float64).
 from __future__ import annotations
 
 import argparse
+import pathlib
 import re
-import statistics
 import sys
-import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from tools.bench import internals, timing  # noqa: E402
+
+TARGET_MS = 1.0  # eager and jit calls: at most this much over the raw library
 
 
 def raw_median(path):
@@ -53,7 +59,6 @@ def main() -> int:
 
     jax.config.update("jax_enable_x64", True)
     import jaxmg
-    from jaxmg._src import distribution as dist
 
     n = args.n
     device = jax.devices()[0]
@@ -81,51 +86,42 @@ def main() -> int:
         "jit": lambda: in_jit(a, b),
         "donate": donated,
     }
-    times = {k: [] for k in modes}
-    results, failed = {}, {}
+    failed = {}
     for name, fn in modes.items():
         try:
             for _ in range(args.warmup):
                 prepare(name)
-                results[name] = jax.block_until_ready(fn())
+                jax.block_until_ready(fn())
         except Exception as e:  # one mode's failure should not hide the others
             failed[name] = f"{type(e).__name__}: {e}"
     print(f"warm-up: {args.warmup} calls per mode (the first compiles)")
-    live = [k for k in modes if k not in failed]
-    for _ in range(args.calls):
-        for name in live:
-            prepare(name)
-            t = time.perf_counter()
-            results[name] = jax.block_until_ready(modes[name]())
-            times[name].append((time.perf_counter() - t) * 1e3)
+    live = {k: fn for k, fn in modes.items() if k not in failed}
+    seconds, results = timing.interleaved(live, rounds=args.calls, prepare=prepare)
 
     raw = raw_median(args.raw_log) if args.raw_log else None
     limit = 1e-8 if args.dtype == "float64" else 1e-4
     a64, b64 = a_host.astype(np.float64), b_host.astype(np.float64)
     status = 0
-    tile = dist.choose_tile(n, 1, None)
-    tag = f"jaxmg potrs backend=jaxmg N={n} devices=0 tile={tile} dtype={args.dtype}"
+    tag = f"jaxmg potrs backend=jaxmg N={n} devices=0 tile={internals.default_tile(n, 1)} dtype={args.dtype}"
     for name in modes:
         if name in failed:
             print(f"{tag} mode={name} FAILED {failed[name]}")
             status = 1
             continue
-        ts = sorted(times[name])
-        med = statistics.median(ts)
-        p90 = ts[max(0, -(-9 * len(ts) // 10) - 1)]
+        ms = {k: 1e3 * v for k, v in timing.spread(seconds[name]).items()}
         x = np.asarray(results[name], dtype=np.float64)
         resid = np.linalg.norm(a64 @ x - b64) / np.linalg.norm(b64)
         ok = bool(resid <= limit)
         status |= not ok
-        over = f" over_raw_ms={med - raw:+.4f}" if raw is not None else ""
-        print(f"{tag} mode={name} median_ms={med:.4f} min_ms={ts[0]:.4f} p90_ms={p90:.4f}"
+        over = f" over_raw_ms={ms['median'] - raw:+.4f}" if raw is not None else ""
+        print(f"{tag} mode={name} median_ms={ms['median']:.4f} min_ms={ms['min']:.4f} p90_ms={ms['p90']:.4f}"
               f" residual={resid:.2e}{'' if ok else ' FAILED'}{over}", flush=True)
     if raw is not None:
-        worst = max((statistics.median(times[k]) - raw for k in ("eager", "jit") if k in live), default=None)
-        if worst is not None:
-            verdict = "met" if worst < 1.0 else "missed"
-            print(f"raw cuSOLVERMg median_ms={raw:.4f}; issue 3 target (eager and jit under 1 ms over raw): "
-                  f"{verdict}, worst {worst:+.4f} ms")
+        over = [1e3 * timing.spread(seconds[k])["median"] - raw for k in ("eager", "jit") if k in live]
+        if over:
+            verdict = "met" if max(over) < TARGET_MS else "missed"
+            print(f"raw cuSOLVERMg median_ms={raw:.4f}; target (eager and jit under {TARGET_MS:g} ms over raw): "
+                  f"{verdict}, worst {max(over):+.4f} ms")
     return status
 
 

@@ -1,6 +1,6 @@
 """Where jaxmg's time goes at small N on one device, against JAX's own solver.
 
-    PYTHONPATH=. .venv/bin/python tools/small_n_overhead.py [--sizes 1024 4096] [--out DIR]
+    python3 tools/small_n_overhead.py [--sizes 1024 4096] [--out DIR]
 
 Variants of one potrs (cho_factor + cho_solve), each timed back to back with
 block_until_ready after every call, in interleaved rounds so clock drift hits
@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pathlib
 import statistics
 import sys
-import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+
+from tools.bench import internals, timing  # noqa: E402
 
 
 def main() -> int:
@@ -37,14 +39,12 @@ def main() -> int:
     args = parser.parse_args()
 
     import jax
-    import jax.numpy as jnp
     import jax.scipy.linalg as jsl
     import numpy as np
     from jax.sharding import NamedSharding, PartitionSpec as P
 
     jax.config.update("jax_enable_x64", True)
     import jaxmg
-    from jaxmg._src import distribution as dist, dispatch, factors, linalg
 
     device = jax.devices()[0]
     mesh = jax.make_mesh((1,), ("x",), devices=[device])
@@ -62,30 +62,21 @@ def main() -> int:
             am = jax.device_put(a_host, NamedSharding(mesh, P("x", None)))
             ar = jax.device_put(a_host, NamedSharding(mesh, P()))
             bm = jax.device_put(b_host, NamedSharding(mesh, P()))
-            placement = dist.resolve_placement(am, None, None)
-            engine = dispatch.choose("potrs", n, placement, "auto")
-            layout = factors.Layout(placement, n, dist.choose_tile(n, 1, None), engine)
+            engine, program, static = internals.potrs_program(am)
             variants = {
-                "jax": lambda: native(a1, b1),
-                "jax, mesh": lambda: native(ar, bm),
-                "jaxmg program": lambda: linalg.solve_pos(am, bm, layout=layout, b_sharded=False, with_info=False)[0],
-                "jaxmg": lambda: jaxmg.potrs(am, bm),
-                "jaxmg in jit": lambda: in_jit(am, bm),
+                "jax": lambda a1=a1, b1=b1: native(a1, b1),
+                "jax, mesh": lambda ar=ar, bm=bm: native(ar, bm),
+                "jaxmg program": lambda am=am, bm=bm, static=static: program(am, bm, **static)[0],
+                "jaxmg": lambda am=am, bm=bm: jaxmg.potrs(am, bm),
+                "jaxmg in jit": lambda am=am, bm=bm: in_jit(am, bm),
             }
             if not hlo:
-                for name, fn in (("jax", native), ("jaxmg program", linalg.solve_pos)):
-                    kw = dict(layout=layout, b_sharded=False, with_info=False) if name != "jax" else {}
-                    args_ = (a1, b1) if name == "jax" else (am, bm)
-                    hlo.append(f"==== {name}, {dtype}, N={n}\n" + fn.lower(*args_, **kw).compile().as_text())
-            times = {k: [] for k in variants}
+                hlo.append(f"==== jax, {dtype}, N={n}\n" + native.lower(a1, b1).compile().as_text())
+                hlo.append(f"==== jaxmg program, {dtype}, N={n}\n"
+                           + program.lower(am, bm, **static).compile().as_text())
             for fn in variants.values():
                 jax.block_until_ready(fn())
-            for _ in range(args.rounds):
-                for name, fn in variants.items():
-                    for _ in range(args.calls):
-                        t = time.perf_counter()
-                        jax.block_until_ready(fn())
-                        times[name].append(time.perf_counter() - t)
+            times, _ = timing.interleaved(variants, rounds=args.rounds, per_turn=args.calls)
             base = statistics.median(times["jax"])
             for name, ts in times.items():
                 med = statistics.median(ts)

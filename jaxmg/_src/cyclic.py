@@ -27,34 +27,34 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import distribution as dist
+from jaxmg._src.placement import Placement
 
 
-def grid(placement: dist.Placement) -> tuple[int, int]:
+def grid(placement: Placement) -> tuple[int, int]:
     """(R, C): the mesh axis sharding rows first, and the product of the rest."""
     shape = placement.mesh.shape
     axes = placement.axes
     return shape[axes[0]], math.prod(shape[a] for a in axes[1:])
 
 
-def cyclic_spec(placement: dist.Placement) -> P:
+def cyclic_spec(placement: Placement) -> P:
     axes = placement.axes
     cols = axes[1:] if len(axes) > 2 else (axes[1] if len(axes) == 2 else None)
     return P(axes[0], cols)
 
 
-def granule(t: int, placement: dist.Placement) -> int:
+def granule(t: int, placement: Placement) -> int:
     """What each padded dimension must be a multiple of."""
     r, c = grid(placement)
     return t * r * c
 
 
-def padded(n: int, t: int, placement: dist.Placement) -> int:
+def padded(n: int, t: int, placement: Placement) -> int:
     g = granule(t, placement)
     return -(-max(n, 1) // g) * g
 
 
-def choose_block(n: int, placement: dist.Placement, limit: int) -> int:
+def choose_block(n: int, placement: Placement, limit: int) -> int:
     """The largest power-of-two tile up to `limit` whose padding of n stays
     within an eighth of n (powers of two: cuSOLVERMp 0.8's syevd needs them)."""
     t = 1 << int(math.log2(max(1, limit)))
@@ -105,7 +105,7 @@ def _tables(r: int, c: int, tiles_in: int):
     return send.reshape(n_dev, r * cap), gather, scatter, back, cap
 
 
-def _check(shape, t: int, placement: dist.Placement) -> tuple[int, int]:
+def _check(shape, t: int, placement: Placement) -> tuple[int, int]:
     r, c = grid(placement)
     rows, cols = shape
     if rows % (t * r * c) or cols % (t * c):
@@ -116,7 +116,7 @@ def _check(shape, t: int, placement: dist.Placement) -> tuple[int, int]:
     return r, c
 
 
-def _global_shape(x, placement: dist.Placement, cyclic_in: bool):
+def _global_shape(x, placement: Placement, cyclic_in: bool):
     """x's global shape; inside shard_map x is a device's block."""
     if not placement.manual:
         return x.shape
@@ -124,7 +124,7 @@ def _global_shape(x, placement: dist.Placement, cyclic_in: bool):
     return (x.shape[0] * r, x.shape[1] * c) if cyclic_in else (x.shape[0] * r * c, x.shape[1])
 
 
-def to_cyclic(m, placement: dist.Placement, t: int):
+def to_cyclic(m, placement: Placement, t: int):
     """M (rows sharded over all devices) -> the cyclic layout, sharded
     cyclic_spec (inside shard_map: a device's row block -> its cyclic block)."""
     rows, cols = _global_shape(m, placement, False)
@@ -154,7 +154,7 @@ def to_cyclic(m, placement: dist.Placement, t: int):
                          out_specs=cyclic_spec(placement), check_vma=False)(m)
 
 
-def from_cyclic(x, placement: dist.Placement, t: int):
+def from_cyclic(x, placement: Placement, t: int):
     """The inverse of to_cyclic: back to rows sharded over all devices."""
     rows, cols = _global_shape(x, placement, True)
     r, c = _check((rows, cols), t, placement)

@@ -1,13 +1,26 @@
 """Which engine runs a call: jaxmg's distributed solvers, or JAX's own
-single-device solvers where those are faster."""
+single-device solvers where those are faster. Chosen once per call; the
+Layout carries it from there."""
 
 from __future__ import annotations
 
-from jaxmg._src import collective, distribution as dist
+
+from jaxmg._src import arguments, plans, processes
+from jaxmg._src.engines import base, mg, mp, native
+from jaxmg._src.placement import (
+    Placement,
+    axis_devices,
+    check_square,
+    concrete_mesh,
+    eager_key,
+    platform_of,
+    resolve_placement,
+)
 
 BACKENDS = ("auto", "jaxmg", "jax", "mp")
 # What cuSOLVERMp offers of the routines both engines have (it has no potri).
 MP_ROUTINES = ("potrs", "syevd", "getrf")
+RECTANGULAR_BACKENDS = ("auto", "mp", "jax")
 
 # Orders below which JAX's own solver on one GPU beats cuSOLVERMg spread over
 # several (H200, float64: two-GPU potrf only wins from N~32768; cuSOLVERMg's
@@ -15,14 +28,16 @@ MP_ROUTINES = ("potrs", "syevd", "getrf")
 # two-GPU getrf wins from N=16384, float32 and float64).
 GPU_CROSSOVER = {"potrs": 24576, "potri": 24576, "syevd": 49152, "getrf": 16384}
 
+_BY_NAME = {"jaxmg": mg.ENGINE, "jax": native.ENGINE, "mp": mp.ENGINE}
 
-def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str:
-    """"jaxmg", "mp" or "jax" for this call. On CPU, auto always picks jaxmg
-    (its purpose there is to run the multi-device protocol). On GPUs of one
-    machine it picks cuSOLVERMg (faster than cuSOLVERMp there: LU 489 ms
-    against 808 ms at N=32768 on two H200s, potrs 227 against 253) or JAX's
-    solver below the crossovers; on GPUs of several machines, which
-    cuSOLVERMg cannot span, cuSOLVERMp."""
+
+def choose(routine: str, n: int, placement: Placement, backend: str) -> base.Engine:
+    """The engine of this call. On CPU, auto always picks jaxmg (its purpose
+    there is to run the multi-device protocol). On GPUs of one machine it
+    picks cuSOLVERMg (faster than cuSOLVERMp there: LU 489 ms against 808 ms
+    at N=32768 on two H200s, potrs 227 against 253) or JAX's solver below the
+    crossovers; on GPUs of several machines, which cuSOLVERMg cannot span,
+    cuSOLVERMp."""
     if backend not in BACKENDS:
         raise ValueError(f"jaxmg: backend must be one of {BACKENDS}, got {backend!r}")
     if backend == "mp":
@@ -31,17 +46,15 @@ def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str
                 f"jaxmg: backend='mp' has no {routine} (cuSOLVERMp lacks it); use backend='auto' "
                 "or 'jaxmg', or for an inverse jaxmg.inv(a, assume_a='gen')"
             )
-        from jaxmg._src import mp
-
         mp.check(placement, routine)
-        return "mp"
+        return mp.ENGINE
     if placement.manual:
         if backend == "jax":
             raise ValueError(
                 "jaxmg: backend='jax' needs the whole matrix; inside shard_map use the default"
             )
-        return "jaxmg"
-    platform = collective.platform_of(placement)
+        return mg.ENGINE
+    platform = platform_of(placement)
     if platform == "cuda" and routine == "potri" and placement.n_devices > 1:
         # cusolverMgPotri (cuSOLVER 12.0.4, H200) returns wrong inverses across
         # two distinct GPUs from N~4096 on (JAXMg 0.0.8 fails the same check);
@@ -52,39 +65,69 @@ def choose(routine: str, n: int, placement: dist.Placement, backend: str) -> str
                 "returns wrong inverses across distinct GPUs. Use backend='auto' (JAX's solver) "
                 "or a one-device mesh"
             )
-        return "jax"
+        return native.ENGINE
     if backend != "auto":
-        return backend
+        return _BY_NAME[backend]
     if platform == "cpu":
-        return "jaxmg"
+        return mg.ENGINE
     if placement.n_devices > 1 and routine in MP_ROUTINES and _machines(placement) > 1:
-        from jaxmg._src import mp
-
         mp.check(placement, routine)
-        return "mp"
+        return mp.ENGINE
     if placement.n_devices == 1 or n < GPU_CROSSOVER[routine]:
-        return "jax"
-    return "jaxmg"
+        return native.ENGINE
+    return mg.ENGINE
 
 
-def _machines(placement: dist.Placement) -> int:
-    if collective._concrete_mesh(placement) is None:
+def choose_rectangular(placement: Placement, backend: str, what: str) -> base.Engine:
+    """The engine of lstsq, qr, svd and polar: cuSOLVERMp on a mesh of several
+    GPUs, JAX's solvers on the whole matrix otherwise."""
+    if backend not in RECTANGULAR_BACKENDS:
+        raise ValueError(f"jaxmg: {what} takes backend in {RECTANGULAR_BACKENDS}, got {backend!r}")
+    if backend == "auto":
+        on_gpus = platform_of(placement) == "cuda" and not placement.manual
+        backend = "mp" if on_gpus and placement.n_devices > 1 else "jax"
+    if backend == "mp":
+        mp.check(placement, what, instead="'jax'")
+        return mp.ENGINE
+    if placement.manual:
+        raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")
+    return native.ENGINE
+
+
+def layout(routine: str, n: int, placement: Placement, tile: int | None, backend: str) -> base.Layout:
+    """The engine of this call and its layout of an order-n matrix."""
+    engine = choose(routine, n, placement, backend)
+    return base.layout(placement, n, engine.tile(routine, n, placement, tile), engine)
+
+
+def _machines(placement: Placement) -> int:
+    if concrete_mesh(placement) is None:
         return 1  # an abstract mesh: tracing for one process's devices
-    devices = collective._axis_devices(placement, "")
+    devices = axis_devices(placement, "")
     if len({d.process_index for d in devices}) == 1:
         return 1
-    from jaxmg._src import processes
-
     return processes.host_count(devices)
 
 
-# cusolverMgGetrf (cuSOLVER 12.0.4, H200) rejects T_A = 1024 with
-# CUSOLVER_STATUS_INVALID_VALUE for the matrix descriptor; 256 is verified.
-GPU_LU_MAX_TILE = 256
+def matrix_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> base.Layout:
+    """The checks of a square matrix argument of the jax.scipy-style API, then
+    its layout (`what` names the function in messages)."""
+    arguments.check_rank2(a, "a")
+    arguments.check_dtype(a, "a")
+    tile = arguments.check_tile(tile_size)
+    placement = resolve_placement(a, mesh, spec, "a")
+    if placement.manual:
+        raise ValueError(
+            f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block; inside "
+            "shard_map use jaxmg.potrs, jaxmg.potri or jaxmg.syevd on the blocks"
+        )
+    n = check_square(a, placement, "a")
+    return layout(routine, n, placement, tile, backend)
 
 
-def lu_tile(tile: int, placement: dist.Placement) -> int:
-    """The tile the LU engine can take on this platform."""
-    if collective.platform_of(placement) == "cuda":
-        return min(tile, GPU_LU_MAX_TILE)
-    return tile
+def cached_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> base.Layout:
+    """matrix_layout, kept as an eager call's plan: a factorisation repeated on
+    arrays of the same sharding, shape and dtype skips the checks."""
+    key = eager_key((a,), "layout", routine, arguments.check_tile(tile_size), mesh, spec, backend)
+    return plans.find_or_make(key, lambda: matrix_layout(a, routine, tile_size, mesh, spec,
+                                                         backend, what))

@@ -11,29 +11,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, distribution as dist
-
-BACKENDS = ("auto", "mp", "jax")
-
-
-def _engine(placement: dist.Placement, backend: str, what: str) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"jaxmg: {what} takes backend in {BACKENDS}, got {backend!r}")
-    if backend == "auto":
-        on_gpus = collective.platform_of(placement) == "cuda" and not placement.manual
-        backend = "mp" if on_gpus and placement.n_devices > 1 else "jax"
-    if backend == "mp":
-        from jaxmg._src import mp
-
-        mp.check(placement, what, instead="'jax'")
-    elif placement.manual:
-        raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")
-    return backend
+from jaxmg._src import arguments, dispatch, sharding
+from jaxmg._src.engines import mp, native
+from jaxmg._src.placement import resolve_placement
+from jaxmg._src.sharding import adjoint, matmul_highest
 
 
 def _tall(a, name="a"):
-    dist.check_rank2(a, name)
-    dtype = dist.check_dtype(a, name)
+    arguments.check_rank2(a, name)
+    dtype = arguments.check_dtype(a, name)
     m, n = a.shape
     if m < n:
         raise ValueError(
@@ -58,19 +44,16 @@ def lstsq(a, b, *, mesh=None, spec=None, backend="auto", return_info=False):
       x with shape (N,) or (N, K), replicated; and info if ``return_info``.
     """
     dtype = _tall(a)
-    placement = dist.resolve_placement(a, mesh, spec, "a")
-    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    return_info = arguments.check_flag(return_info, "return_info")
+    placement = resolve_placement(a, mesh, spec, "a")
+    b = arguments.as_array(b, "b")
     if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise ValueError(
             f"jaxmg: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a's rows, "
             f"got {tuple(b.shape)}"
         )
-    if jnp.dtype(b.dtype) != dtype:
-        raise TypeError(
-            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but a has {dtype.name}; "
-            "cast with b.astype(a.dtype)"
-        )
-    engine = _engine(placement, backend, "lstsq")
+    arguments.check_same_dtype(b, dtype)
+    engine = dispatch.choose_rectangular(placement, backend, "lstsq")
     x, info = _lstsq(a, b[:, None] if b.ndim == 1 else b, placement=placement, engine=engine)
     x = x[:, 0] if b.ndim == 1 else x
     return (x, info) if return_info else x
@@ -78,9 +61,9 @@ def lstsq(a, b, *, mesh=None, spec=None, backend="auto", return_info=False):
 
 @functools.partial(jax.jit, static_argnames=("placement", "engine"))
 def _lstsq(a, b, *, placement, engine):
-    if engine == "jax":
-        whole = dist.constrain(a, placement, P())
-        x = jnp.linalg.lstsq(whole, dist.constrain(b, placement, P()))[0]
+    if engine is native.ENGINE:
+        whole = sharding.constrain(a, placement, P())
+        x = jnp.linalg.lstsq(whole, sharding.constrain(b, placement, P()))[0]
         return x, jnp.int32(0)
     x, info = _mp_lstsq(a, b, placement)
     return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype)), info
@@ -88,8 +71,6 @@ def _lstsq(a, b, *, placement, engine):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
 def _mp_lstsq(a, b, placement):
-    from jaxmg._src import mp
-
     return mp.gels(a, b, placement)
 
 
@@ -97,17 +78,14 @@ def _mp_lstsq(a, b, placement):
 def _mp_lstsq_jvp(placement, primals, tangents):
     # The normal equations' derivative, A^H A dx = dA^H (b - A x) + A^H (db - dA x),
     # solved with A^H A = R^H R from the QR.
-    from jaxmg._src import mp
-    from jaxmg._src.polar import _ct, _mm
-
     (a, b), (da, db) = primals, tangents
     q, r, info = mp.qr(a, placement)
     x = mp.solve_with_qr(q, r, b, placement)
     rows = P(placement.axis, None)
-    da = dist.constrain_result(da, placement, rows)
-    res = dist.constrain(b, placement, P()) - _mm(a, x, placement, P())
-    rhs = _mm(_ct(da), res, placement, P()) + _mm(
-        _ct(a), dist.constrain(db, placement, P()) - _mm(da, x, placement, P()), placement, P())
+    da = sharding.constrain_result(da, placement, rows)
+    res = sharding.constrain(b, placement, P()) - matmul_highest(a, x, placement, P())
+    rhs = matmul_highest(adjoint(da), res, placement, P()) + matmul_highest(
+        adjoint(a), sharding.constrain(db, placement, P()) - matmul_highest(da, x, placement, P()), placement, P())
     y = jax.scipy.linalg.solve_triangular(r, rhs, lower=False, trans="C")
     dx = jax.scipy.linalg.solve_triangular(r, y, lower=False)
     return (x, info), (dx, np.zeros(info.shape, dtype=jax.dtypes.float0))
@@ -125,20 +103,15 @@ def qr(a, *, mesh=None, spec=None, backend="auto", return_info=False):
       triangular; and info if ``return_info``.
     """
     _tall(a)
-    placement = dist.resolve_placement(a, mesh, spec, "a")
-    engine = _engine(placement, backend, "qr")
+    return_info = arguments.check_flag(return_info, "return_info")
+    placement = resolve_placement(a, mesh, spec, "a")
+    engine = dispatch.choose_rectangular(placement, backend, "qr")
     q, r, info = _qr(a, placement=placement, engine=engine)
     return (q, r, info) if return_info else (q, r)
 
 
 @functools.partial(jax.jit, static_argnames=("placement", "engine"))
 def _qr(a, *, placement, engine):
-    if engine == "jax":
-        q, r = jnp.linalg.qr(dist.constrain(a, placement, P()), mode="reduced")
-        info = jnp.int32(0)
-    else:
-        from jaxmg._src import mp
-
-        q, r, info = mp.qr(a, placement)
-    q = dist.constrain_result(q, placement, P(placement.axis, None))
+    q, r, info = engine.qr(a, placement)
+    q = sharding.constrain_result(q, placement, P(placement.axis, None))
     return q, r, info

@@ -14,8 +14,6 @@ import pathlib
 import jax
 
 LIBRARY_NAME = "libjaxmg_ffi.so"
-ROUTINES = ("potrs", "potri", "syevd", "potrf", "cholsolve", "getrf", "lusolve")
-DTYPE_PREFIX = {"float32": "s", "float64": "d", "complex64": "c", "complex128": "z"}
 _LAPACK_ROUTINES = {
     "s": ("spotrf", "spotrs", "spotri", "sgetrf", "sgetrs", "ssyevd"),
     "d": ("dpotrf", "dpotrs", "dpotri", "dgetrf", "dgetrs", "dsyevd"),
@@ -24,9 +22,49 @@ _LAPACK_ROUTINES = {
 }
 
 
-def target_name(routine: str, dtype, platform: str) -> str:
-    """The one naming rule for handlers: jaxmg_<s|d|c|z><routine>_<platform>."""
-    return f"jaxmg_{DTYPE_PREFIX[jax.numpy.dtype(dtype).name]}{routine}_{platform}"
+class _Target(ctypes.Structure):
+    # xla_ext/ffi/registry.h's FfiTarget.
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("platform", ctypes.c_char_p),
+        ("handler", ctypes.c_void_p),
+        ("engine", ctypes.c_char_p),
+        ("routine", ctypes.c_char_p),
+        ("dtype", ctypes.c_char_p),
+    ]
+
+
+@functools.cache
+def targets() -> dict[tuple[str, str, str], tuple[str, str, int]]:
+    """The library's FFI targets: (engine, routine, dtype) -> (name, XLA
+    platform, handler address), as its registry lists them."""
+    lib = _open()
+    lib.jaxmg_targets.argtypes = [ctypes.POINTER(ctypes.c_int64)]
+    lib.jaxmg_targets.restype = ctypes.POINTER(_Target)
+    count = ctypes.c_int64(0)
+    table = lib.jaxmg_targets(ctypes.byref(count))
+    found = {}
+    for t in table[: count.value]:
+        key = (t.engine.decode(), t.routine.decode(), t.dtype.decode())
+        found[key] = (t.name.decode(), t.platform.decode(), t.handler)
+    return found
+
+
+def target_name(engine: str, routine: str, dtype) -> str:
+    """The target running `routine` on `engine` ("lapack", "mg", "mp") for `dtype`."""
+    return targets()[(engine, routine, jax.numpy.dtype(dtype).name)][0]
+
+
+def register(engine: str) -> None:
+    """Registers every target of `engine` with XLA (once per process)."""
+    if engine not in _registered:
+        for (owner, _, _), (name, platform, handler) in targets().items():
+            if owner == engine:
+                jax.ffi.register_ffi_target(name, jax.ffi.pycapsule(handler), platform=platform)
+        _registered.add(engine)
+
+
+_registered: set[str] = set()
 
 
 def _candidates() -> list[pathlib.Path]:
@@ -48,8 +86,7 @@ def _candidates() -> list[pathlib.Path]:
 
 
 @functools.cache
-def library() -> ctypes.CDLL:
-    """Loads the FFI library once and registers its CPU targets with XLA."""
+def _open() -> ctypes.CDLL:
     candidates = _candidates()
     path = next((p for p in candidates if p.is_file()), None)
     if path is None:
@@ -74,11 +111,15 @@ def library() -> ctypes.CDLL:
     lib.jaxmg_register_call.restype = None
     lib.jaxmg_processes_stats.argtypes = [ctypes.c_void_p]
     lib.jaxmg_processes_stats.restype = None
+    return lib
+
+
+@functools.cache
+def library() -> ctypes.CDLL:
+    """Loads the FFI library once and registers its CPU targets with XLA."""
+    lib = _open()
     _register_lapack(lib)
-    _register_targets(lib, "cpu", xla_platform="cpu")
-    jax.ffi.register_ffi_target(
-        "jaxmg_layout_cpu", jax.ffi.pycapsule(lib.jaxmg_layout_cpu), platform="cpu"
-    )
+    register("lapack")
     return lib
 
 
@@ -90,17 +131,8 @@ def cuda_library() -> ctypes.CDLL:
     error = ctypes.create_string_buffer(4096)
     if lib.jaxmg_cuda_init(":".join(cuda_search_path()).encode(), error, len(error)):
         raise RuntimeError(error.value.decode())
-    _register_targets(lib, "cuda", xla_platform="CUDA")
+    register("mg")
     return lib
-
-
-def _register_targets(lib: ctypes.CDLL, platform: str, xla_platform: str) -> None:
-    for routine in ROUTINES:
-        for dtype in DTYPE_PREFIX:
-            name = target_name(routine, dtype, platform)
-            jax.ffi.register_ffi_target(
-                name, jax.ffi.pycapsule(getattr(lib, name)), platform=xla_platform
-            )
 
 
 def cuda_search_path() -> list[str]:

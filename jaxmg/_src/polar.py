@@ -15,8 +15,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import distribution as dist
-from jaxmg._src.least_squares import _engine
+from jaxmg._src import arguments, dispatch, eigh, sharding
+from jaxmg._src.engines import base, mp, native
+from jaxmg._src.placement import resolve_placement
+from jaxmg._src.sharding import adjoint as _ct, matmul_highest as _mm
 
 SIDES = ("right", "left")
 
@@ -48,20 +50,6 @@ def _weights(l0: float, eps: float) -> tuple[tuple[float, float, float], ...]:
     return tuple(steps)
 
 
-def _mm(x, y, placement=None, spec=P()):
-    """x @ y, sharded as `spec` on `placement` (explicit sharding needs the
-    result named where both contracted dimensions are sharded)."""
-    # f32 products at full precision: TF32 (the GPU default) would cap U's
-    # orthogonality near 1e-3.
-    if placement is None:
-        return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
-    return dist.matmul(x, y, placement, spec, precision=jax.lax.Precision.HIGHEST)
-
-
-def _ct(x):
-    return jnp.conj(x).T if jnp.iscomplexobj(x) else x.T
-
-
 def _qdwh(x, qr_fn, *, lower_bound=None, placement=None):
     """The unitary polar factor U of a tall x (M >= N), x = U H.
 
@@ -82,7 +70,7 @@ def _qdwh(x, qr_fn, *, lower_bound=None, placement=None):
     spec = None if placement is None else P(placement.axis, None)
 
     def rows(y):
-        return y if placement is None else dist.constrain(y, placement, spec)
+        return y if placement is None else sharding.constrain(y, placement, spec)
 
     # ||x||_F >= ||x||_2, computed without overflowing for huge entries.
     big = jnp.max(jnp.abs(x))
@@ -100,12 +88,12 @@ def _qdwh(x, qr_fn, *, lower_bound=None, placement=None):
         q, _, qr_info = qr_fn(rows(y))
         q2 = q[m_pad:]
         if placement is not None:
-            q2 = dist.constrain(q2, placement, P())
+            q2 = sharding.constrain(q2, placement, P())
         x = rows(keep * x + mix * _mm(q[:m_pad], _ct(q2[:n]), placement, spec))
         return x, jnp.where(info != 0, info, jnp.asarray(qr_info, jnp.int32))
 
     x, info = jax.lax.fori_loop(0, steps.shape[0], step, (x, jnp.int32(0)))
-    return (x[:m] if placement is None else dist.unpad(x, placement, m, (0,))), info
+    return (x[:m] if placement is None else sharding.unpad(x, placement, m, (0,))), info
 
 
 def _hermitian(h):
@@ -148,11 +136,12 @@ def polar(a, *, side="right", mesh=None, spec=None, backend="auto", return_info=
       With backend "mp" the columns of u belonging to exactly zero singular
       values of a come out zero (QDWH keeps them), not orthonormal.
     """
-    dist.check_rank2(a, "a")
-    dist.check_dtype(a, "a")
+    arguments.check_rank2(a, "a")
+    arguments.check_dtype(a, "a")
     _check_side(a, side)
-    placement = dist.resolve_placement(a, mesh, spec, "a")
-    engine = _engine(placement, backend, "polar")
+    return_info = arguments.check_flag(return_info, "return_info")
+    placement = resolve_placement(a, mesh, spec, "a")
+    engine = dispatch.choose_rectangular(placement, backend, "polar")
     u, p, info = _polar(a, placement=placement, engine=engine, side=side)
     return (u, p, info) if return_info else (u, p)
 
@@ -160,28 +149,26 @@ def polar(a, *, side="right", mesh=None, spec=None, backend="auto", return_info=
 @functools.partial(jax.jit, static_argnames=("placement", "engine", "side"))
 def _polar(a, *, placement, engine, side):
     rows = P(placement.axis, None)
-    if engine == "jax":
-        w, s, vh = jnp.linalg.svd(dist.constrain(a, placement, P()), full_matrices=False)
+    if engine is native.ENGINE:
+        w, s, vh = jnp.linalg.svd(sharding.constrain(a, placement, P()), full_matrices=False)
         u = _mm(w, vh)
         outer = _ct(vh) if side == "right" else w
         p = _hermitian(_mm(outer * s.astype(a.dtype), _ct(outer)))
         info = jnp.int32(0)
     else:
-        x = a if side == "right" else dist.constrain_result(_ct(a), placement, rows)
+        x = a if side == "right" else sharding.constrain_result(_ct(a), placement, rows)
         u, p, info = _mp_polar(x, placement)
         if side == "left":
             u = _ct(u)
     nan = jnp.asarray(jnp.nan, a.dtype)
-    u = dist.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
-    p = dist.constrain_result(jnp.where(info == 0, p, nan), placement, rows)
+    u = sharding.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
+    p = sharding.constrain_result(jnp.where(info == 0, p, nan), placement, rows)
     return u, p, info
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
 def _mp_polar(x, placement):
     """(U, H, info) of a tall, row-sharded x = U H by QDWH on cuSOLVERMp."""
-    from jaxmg._src import mp
-
     u, info = _qdwh(x, lambda y: mp.qr(y, placement), placement=placement)
     h = _hermitian(_mm(_ct(u), x, placement, P()))
     return u, h, info
@@ -198,9 +185,9 @@ def _mp_polar_jvp(placement, primals, tangents):
     # dH = U^H dX - W H and dU = U W + (dX - U U^H dX) H^-1 (zero for square X).
     (x,), (dx,) = primals, tangents
     u, h, info = _mp_polar(x, placement)
-    s, v = _eigh(h, placement)
+    s, v, _ = _mp_eigh(h, placement)
     rows = P(placement.axis, None)
-    dx = dist.constrain_result(dx, placement, rows)
+    dx = sharding.constrain_result(dx, placement, rows)
     udx = _mm(_ct(u), dx, placement, P())
     vh = _ct(v)
     rhs = vh @ (udx - _ct(udx)) @ v
@@ -211,11 +198,12 @@ def _mp_polar_jvp(placement, primals, tangents):
     return (u, h, info), (du, dh, _zero_info(info))
 
 
-def _eigh(h, placement):
-    from jaxmg._src import syevd
-
-    w, v, _ = syevd.run(h, placement=placement, tile=None, vectors=True, engine="mp")
-    return w, dist.constrain(v, placement, P())
+def _mp_eigh(h, placement):
+    """(w, v, info) of the Hermitian h on cuSOLVERMp, v replicated."""
+    n = h.shape[0]
+    layout = base.layout(placement, n, mp.ENGINE.tile("syevd", n, placement, None), mp.ENGINE)
+    w, v, info = eigh.run(h, layout=layout, vectors=True)
+    return w, sharding.constrain(v, placement, P()), info
 
 
 def svd(a, *, full_matrices=False, compute_uv=True, mesh=None, spec=None, backend="auto",
@@ -237,16 +225,18 @@ def svd(a, *, full_matrices=False, compute_uv=True, mesh=None, spec=None, backen
       With backend "mp" the columns of u belonging to exactly zero singular
       values come out zero, as in :func:`jaxmg.polar`.
     """
-    dist.check_rank2(a, "a")
-    dist.check_dtype(a, "a")
+    arguments.check_rank2(a, "a")
+    arguments.check_dtype(a, "a")
+    compute_uv = arguments.check_flag(compute_uv, "compute_uv")
+    return_info = arguments.check_flag(return_info, "return_info")
     if full_matrices:
         raise ValueError(
             "jaxmg: svd computes the reduced SVD only (u is M x K, vh is K x N, K = min(M, N)); "
             "pass full_matrices=False"
         )
-    placement = dist.resolve_placement(a, mesh, spec, "a")
-    engine = _engine(placement, backend, "svd")
-    out = _svd(a, placement=placement, engine=engine, compute_uv=bool(compute_uv))
+    placement = resolve_placement(a, mesh, spec, "a")
+    engine = dispatch.choose_rectangular(placement, backend, "svd")
+    out = _svd(a, placement=placement, engine=engine, compute_uv=compute_uv)
     if not compute_uv:
         out = out[1:2] + out[3:]
     out = out if return_info else out[:-1]
@@ -256,8 +246,8 @@ def svd(a, *, full_matrices=False, compute_uv=True, mesh=None, spec=None, backen
 @functools.partial(jax.jit, static_argnames=("placement", "engine", "compute_uv"))
 def _svd(a, *, placement, engine, compute_uv):
     rows = P(placement.axis, None)
-    if engine == "jax":
-        whole = dist.constrain(a, placement, P())
+    if engine is native.ENGINE:
+        whole = sharding.constrain(a, placement, P())
         if compute_uv:
             u, s, vh = jnp.linalg.svd(whole, full_matrices=False)
         else:
@@ -265,15 +255,15 @@ def _svd(a, *, placement, engine, compute_uv):
         info = jnp.int32(0)
     else:
         wide = a.shape[0] < a.shape[1]
-        x = dist.constrain_result(_ct(a), placement, rows) if wide else a
+        x = sharding.constrain_result(_ct(a), placement, rows) if wide else a
         u, s, vh, info = _mp_svd(x, placement, compute_uv)
         if wide and compute_uv:
             u, vh = _ct(vh), _ct(u)
     nan = jnp.asarray(jnp.nan, a.dtype)
-    s = dist.constrain(jnp.where(info == 0, s, nan.real), placement, P())
+    s = sharding.constrain(jnp.where(info == 0, s, nan.real), placement, P())
     if compute_uv:
-        u = dist.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
-        vh = dist.constrain_result(jnp.where(info == 0, vh, nan), placement, rows)
+        u = sharding.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
+        vh = sharding.constrain_result(jnp.where(info == 0, vh, nan), placement, rows)
     return u, s, vh, info
 
 
@@ -288,16 +278,14 @@ def _mp_svd(x, placement, compute_uv):
 def _mp_svd_tall(x, placement):
     """(U, s, V, info) of a tall, row-sharded x = U diag(s) V^H, s descending
     (cuSOLVERMp 0.8's syevd computes the vectors whether asked or not)."""
-    from jaxmg._src import syevd
-
     u_p, h, info = jax.lax.stop_gradient(_mp_polar(x, placement))
-    w, v, eig_info = syevd.run(h, placement=placement, tile=None, vectors=True, engine="mp")
+    w, v, eig_info = _mp_eigh(h, placement)
     info = jnp.where(info != 0, info, eig_info)
     # H is semidefinite up to rounding: an eigenvalue below zero is |w| with
     # its column of u negated. Sorting by |w| makes s descending.
     order = jnp.argsort(-jnp.abs(w))
     s = jnp.abs(w)[order]
-    v = dist.constrain(v, placement, P())[:, order]
+    v = v[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(x.dtype)
     u = _mm(u_p, v, placement, P(placement.axis, None)) * sign
     return u, s, v, info
@@ -312,7 +300,7 @@ def _mp_svd_tall_jvp(placement, primals, tangents):
     (x,), (dx,) = primals, tangents
     u, s, v, info = _mp_svd_tall(x, placement)
     rows = P(placement.axis, None)
-    dx = dist.constrain_result(dx, placement, rows)
+    dx = sharding.constrain_result(dx, placement, rows)
     dxv = _mm(dx, v, placement, rows)
     dp = _mm(_ct(u), dxv, placement, P())
     ds = jnp.real(jnp.diagonal(dp))

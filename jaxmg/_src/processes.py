@@ -22,7 +22,7 @@ import socket
 import jax
 import numpy as np
 
-from jaxmg._src import library
+from jaxmg._src import config, library
 
 _TOKEN_KEY = "jaxmg/channel_token"
 _PROCESS_KEY = "jaxmg/process/{}"
@@ -40,12 +40,6 @@ def _client():
     return client
 
 
-def _timeout_ms() -> int:
-    from jaxmg._src import distribution
-
-    return distribution.timeout_ms()
-
-
 @functools.cache
 def open_channel() -> str:
     """Opens this process's end of the job channel (once); returns the job's name."""
@@ -57,7 +51,7 @@ def open_channel() -> str:
                              allow_overwrite=False)
     except Exception:  # already set by another rank
         pass
-    token = client.blocking_key_value_get(_TOKEN_KEY, _timeout_ms())
+    token = client.blocking_key_value_get(_TOKEN_KEY, config.timeout_ms())
     mine = {
         "host": socket.gethostname(),
         "visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
@@ -126,7 +120,7 @@ def register_call(call_id: int, owners: list[int], platform: str) -> None:
 
 @functools.cache
 def _process_info(process: int) -> dict:
-    timeout = _timeout_ms()
+    timeout = config.timeout_ms()
     try:
         raw = _client().blocking_key_value_get(_PROCESS_KEY.format(process), timeout)
     except Exception as e:

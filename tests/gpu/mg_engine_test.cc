@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "tests/check.h"
-#include "xla_ext/engines/mg/engine.h"
+#include "xla_ext/engines/mg/solvers.h"
 #include "xla_ext/vendor/cuda.h"
 
 using jaxmg::Real;

@@ -14,7 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import jaxmg
-from jaxmg._src import mp
+from jaxmg._src.engines import mp
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 RANKS = ["1", "2", "1x2", "2x1"] if len(jax.devices()) >= 2 else ["1"]

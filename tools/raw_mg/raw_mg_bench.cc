@@ -1,5 +1,5 @@
 // cuSOLVERMg called directly, with no jaxmg engine code and no XLA: the
-// baseline for jaxmg's per-call overhead (issue 3). One call is
+// baseline for jaxmg's per-call overhead. One call is
 // cusolverMgPotrf + cusolverMgPotrs (one right-hand side) on an N x N SPD
 // matrix, timed wall-clock up to cudaDeviceSynchronize on every device, as
 // jaxmg's forced cuSOLVERMg potrs is timed up to block_until_ready. Handle,
@@ -9,7 +9,7 @@
 //
 // Usage: raw_mg_bench <cuda library dirs, ':'-separated> [N=1024] [devices=0]
 //                     [tile=1024] [repeats=50] [float64|float32]
-// Runs only where a GPU is (tools/gpu_bench_session.sh raw).
+// Runs only where a GPU is (tools/gpu_check raw).
 #include <algorithm>
 #include <chrono>
 #include <climits>

@@ -1,15 +1,15 @@
-// Plain C entry points the Python package calls through ctypes at import.
+// Plain C entry points the Python package calls through ctypes.
 #include <cstdint>
-
-#include "xla_ext/engines/lapack/lapack.h"
-#include "xla_ext/rendezvous/processes.h"
-#include "xla_ext/rendezvous/rendezvous.h"
-#include "xla_ext/engines/mp/engine.h"
-#include "xla_ext/vendor/cuda.h"
-#include "xla_ext/vendor/cusolvermp.h"
-
 #include <cstring>
 #include <vector>
+
+#include "xla_ext/engines/lapack/lapack.h"
+#include "xla_ext/engines/mp/solvers.h"
+#include "xla_ext/ffi/registry.h"
+#include "xla_ext/rendezvous/processes.h"
+#include "xla_ext/rendezvous/rendezvous.h"
+#include "xla_ext/vendor/cuda.h"
+#include "xla_ext/vendor/cusolvermp.h"
 
 namespace {
 
@@ -26,6 +26,13 @@ int Report(const jaxmg::Status& s, char* error, size_t error_size) {
 
 extern "C" {
 
+// Every FFI target of the library (registry.h); *count receives how many.
+const jaxmg::FfiTarget* jaxmg_targets(int64_t* count) {
+  const std::vector<jaxmg::FfiTarget>& targets = jaxmg::FfiTargets();
+  *count = static_cast<int64_t>(targets.size());
+  return targets.data();
+}
+
 // Hands one LAPACK routine (by name, e.g. "zheevd") to the CPU engine.
 // Returns 1 if the name is one this library uses, 0 otherwise.
 int jaxmg_register_lapack(const char* name, void* fn) {
@@ -38,13 +45,7 @@ int64_t jaxmg_live_meetings() { return jaxmg::rendezvous::LiveMeetings(); }
 // (then the system path). Returns 0 on success; otherwise writes the reason
 // into `error` (NUL-terminated, at most `error_size` bytes) and returns 1.
 int jaxmg_cuda_init(const char* search_path, char* error, size_t error_size) {
-  jaxmg::Status s = jaxmg::cuda::Load(search_path ? search_path : "");
-  if (s.ok()) return 0;
-  if (error_size > 0) {
-    std::strncpy(error, s.message().c_str(), error_size - 1);
-    error[error_size - 1] = '\0';
-  }
-  return 1;
+  return Report(jaxmg::cuda::Load(search_path ? search_path : ""), error, error_size);
 }
 
 // Loads NCCL and cuSOLVERMp (after jaxmg_cuda_init). 0, or 1 with the reason.
@@ -91,13 +92,7 @@ int jaxmg_cusolvermp_version(int device, int* version, char* error, size_t error
 // `token` names the job, `process_index` is this process's rank. Returns 0,
 // or 1 with the reason in `error`.
 int jaxmg_processes_open(const char* token, int process_index, char* error, size_t error_size) {
-  jaxmg::Status s = jaxmg::processes::Open(token ? token : "", process_index);
-  if (s.ok()) return 0;
-  if (error_size > 0) {
-    std::strncpy(error, s.message().c_str(), error_size - 1);
-    error[error_size - 1] = '\0';
-  }
-  return 1;
+  return Report(jaxmg::processes::Open(token ? token : "", process_index), error, error_size);
 }
 
 // Participant i of call `call_id` runs in process processes[i].

@@ -1,36 +1,24 @@
 #include "xla_ext/ffi/registry.h"
 
-#include "xla/ffi/api/c_api.h"
-
-#define JAXMG_EACH_DTYPE(X, routine) X(s##routine) X(d##routine) X(c##routine) X(z##routine)
-#define JAXMG_CPU_HANDLERS(X)                                                             \
-  JAXMG_EACH_DTYPE(X, potrs_cpu) JAXMG_EACH_DTYPE(X, potri_cpu)                           \
-  JAXMG_EACH_DTYPE(X, syevd_cpu) JAXMG_EACH_DTYPE(X, potrf_cpu)                           \
-  JAXMG_EACH_DTYPE(X, cholsolve_cpu) JAXMG_EACH_DTYPE(X, getrf_cpu)                       \
-  JAXMG_EACH_DTYPE(X, lusolve_cpu) X(layout_cpu)
-#define JAXMG_CUDA_HANDLERS(X)                                                            \
-  JAXMG_EACH_DTYPE(X, potrs_cuda) JAXMG_EACH_DTYPE(X, potri_cuda)                         \
-  JAXMG_EACH_DTYPE(X, syevd_cuda) JAXMG_EACH_DTYPE(X, potrf_cuda)                         \
-  JAXMG_EACH_DTYPE(X, cholsolve_cuda) JAXMG_EACH_DTYPE(X, getrf_cuda)                     \
-  JAXMG_EACH_DTYPE(X, lusolve_cuda) JAXMG_EACH_DTYPE(X, mp_potrf_cuda)                    \
-  JAXMG_EACH_DTYPE(X, mp_potrs_cuda) JAXMG_EACH_DTYPE(X, mp_getrf_cuda)                   \
-  JAXMG_EACH_DTYPE(X, mp_getrs_cuda) JAXMG_EACH_DTYPE(X, mp_syevd_cuda)                   \
-  JAXMG_EACH_DTYPE(X, mp_qr_cuda)
-
-#define JAXMG_DECLARE(name) XLA_FFI_Error* jaxmg_##name(XLA_FFI_CallFrame* call_frame);
-extern "C" {
-JAXMG_CPU_HANDLERS(JAXMG_DECLARE)
-JAXMG_CUDA_HANDLERS(JAXMG_DECLARE)
-}
-
 namespace jaxmg {
+namespace {
+
+using engines::Routine;
+
+#define JAXMG_ENTRY(e, routine, prefix, name, T, Target, engine, platform, infix, suffix)    \
+  FfiTarget{"jaxmg_" #prefix infix #routine suffix, platform,                                 \
+            reinterpret_cast<void*>(&ffi_layer::Target<Routine::e, T>), engine, #routine, #name},
+#define JAXMG_ENTRIES(prefix, name, T, ROUTINES, ...) ROUTINES(JAXMG_ENTRY, prefix, name, T, __VA_ARGS__)
+
+}  // namespace
 
 const std::vector<FfiTarget>& FfiTargets() {
-#define JAXMG_CPU_ENTRY(name) {"jaxmg_" #name, "cpu", reinterpret_cast<void*>(&jaxmg_##name)},
-#define JAXMG_CUDA_ENTRY(name) {"jaxmg_" #name, "CUDA", reinterpret_cast<void*>(&jaxmg_##name)},
-  static const std::vector<FfiTarget> targets = {
-      JAXMG_CPU_HANDLERS(JAXMG_CPU_ENTRY) JAXMG_CUDA_HANDLERS(JAXMG_CUDA_ENTRY)};
-  return targets;
+  static const std::vector<FfiTarget>* targets = new std::vector<FfiTarget>{
+      JAXMG_FOR_EACH_DTYPE(JAXMG_ENTRIES, JAXMG_LAPACK_ROUTINES, LapackTarget, "lapack", "cpu", "", "_cpu")
+      JAXMG_FOR_EACH_DTYPE(JAXMG_ENTRIES, JAXMG_MG_ROUTINES, MgTarget, "mg", "CUDA", "", "_cuda")
+      JAXMG_FOR_EACH_DTYPE(JAXMG_ENTRIES, JAXMG_MP_ROUTINES, MpTarget, "mp", "CUDA", "mp_", "_cuda")
+  };
+  return *targets;
 }
 
 }  // namespace jaxmg

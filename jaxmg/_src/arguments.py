@@ -1,0 +1,78 @@
+"""Checks of the arguments every routine takes, each naming the argument and
+the fix."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxmg._src import config
+
+
+def check_rank2(a, name: str = "a") -> None:
+    shape = getattr(a, "shape", None)
+    if shape is None or len(shape) != 2:
+        raise ValueError(
+            f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}; "
+            "use jax.vmap for batches"
+        )
+
+
+def check_dtype(a, name: str = "a") -> np.dtype:
+    dtype = jnp.dtype(a.dtype)
+    if dtype in (jnp.float16, jnp.bfloat16):
+        raise TypeError(
+            f"jaxmg: {name} has dtype {dtype.name}, which the solvers do not support; "
+            f"cast it first, e.g. {name}.astype(jnp.float32)"
+        )
+    if dtype not in config.SUPPORTED:
+        raise TypeError(
+            f"jaxmg: {name} has dtype {dtype.name}; supported are float32, float64, "
+            "complex64 and complex128 (float64/complex128 need jax_enable_x64)"
+        )
+    return dtype
+
+
+def check_same_dtype(b, dtype, name: str = "b", other: str = "a") -> None:
+    if jnp.dtype(b.dtype) != jnp.dtype(dtype):
+        raise TypeError(
+            f"jaxmg: {name} has dtype {jnp.dtype(b.dtype).name} but {other} has "
+            f"{jnp.dtype(dtype).name}; cast with {name}.astype({other}.dtype)"
+        )
+
+
+def check_tile(tile_size) -> int | None:
+    if tile_size is None:
+        return None
+    if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
+        raise TypeError(f"jaxmg: tile_size must be a positive int, got {tile_size!r}")
+    if tile_size < 1:
+        raise ValueError(f"jaxmg: tile_size must be a positive int, got {tile_size}")
+    return int(tile_size)
+
+
+def check_flag(value, name: str) -> bool:
+    """A boolean option: True or False (a truthy string or number is refused)."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise TypeError(f"jaxmg: {name} must be True or False, got {value!r}")
+
+
+def check_choice(value, name: str, choices) -> None:
+    if not isinstance(value, str) or value not in choices:
+        raise ValueError(f"jaxmg: {name} must be one of {tuple(choices)}, got {value!r}")
+
+
+def as_array(x, name: str):
+    """x as an array (NumPy inputs and Python scalars become jax.Arrays)."""
+    if hasattr(x, "shape") and hasattr(x, "dtype"):
+        return x
+    try:
+        return jnp.asarray(x)
+    except TypeError as e:
+        raise TypeError(f"jaxmg: {name} must be an array, got {type(x).__name__}") from e
+
+
+def is_traced(x) -> bool:
+    return isinstance(x, jax.core.Tracer)

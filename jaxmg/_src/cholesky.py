@@ -1,0 +1,354 @@
+"""Cholesky: solves, inverses and log-determinants of symmetric/Hermitian
+positive-definite matrices, and the factor kept for reuse (it stays sharded in
+the engine's layout, so k solves against one matrix cost one factorisation).
+
+Derivatives never gather A: solves go through `lax.custom_linear_solve`, so
+the tangent and cotangent solves reuse the sharded factor; the log-determinant
+and inverse have JVP rules built from matrix products XLA shards."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import arguments, dispatch, failures, operators, plans, sharding
+from jaxmg._src.engines.base import Layout
+from jaxmg._src.placement import check_square, eager_key, resolve_placement
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=("factor", "a", "info"),
+    meta_fields=("layout",),
+)
+@dataclasses.dataclass(frozen=True)
+class CholeskyFactor:
+    """The result of :func:`jaxmg.cho_factor`; pass it to :func:`jaxmg.cho_solve`.
+
+    factor: the Cholesky factor in the engine's layout (padded, block-cyclic,
+    rows sharded) or, for the "jax" engine, JAX's own upper factor. a: the
+    matrix itself, kept for derivatives (None when it was donated). info: 0,
+    or the order of the first leading minor that is not positive definite.
+    """
+
+    factor: jax.Array
+    a: jax.Array | None
+    info: jax.Array
+    layout: Layout
+
+
+# --------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------
+
+
+def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
+          donate=False):
+    """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
+
+    Args:
+      a: (N, N) symmetric (real) or Hermitian (complex) positive-definite
+        matrix, rows sharded over one mesh axis, ``P(axis, None)``. Only one
+        triangle is read (the upper one in row-major terms).
+      b: (N,) or (N, K) right-hand sides with a's dtype; row-sharded on the
+        same axis or replicated.
+      tile_size: column tile T_A of the block-cyclic layout (default 1024,
+        capped at N / devices). N need not be a multiple of anything.
+      mesh, spec: the mesh and a's PartitionSpec; read from ``a.sharding``
+        when not given (required inside ``jit`` unless a mesh is set with
+        ``jax.set_mesh``). Inside ``shard_map``, pass the local blocks.
+      backend: "jaxmg" (the distributed solver), "jax" (JAX's own solver on
+        the replicated matrix), "mp" (cuSOLVERMp) or "auto": jaxmg on CPU; on
+        GPUs JAX for a one-device mesh or N below a measured crossover, else
+        jaxmg.
+      return_info: also return LAPACK's info: 0 on success, k > 0 if the
+        leading minor of order k is not positive definite.
+      donate: let jaxmg reuse a's buffer (a is deleted); saves one copy of A.
+
+    Returns:
+      x with b's shape and layout (all NaN if a is not positive definite),
+      and info (int32 scalar) if ``return_info``.
+    """
+    # Checked before the key: 2.0 == 2 and 1 == True must not find another's plan.
+    tile = arguments.check_tile(tile_size)
+    return_info = arguments.check_flag(return_info, "return_info")
+    donate = arguments.check_flag(donate, "donate")
+    key = eager_key((a, b), "potrs", tile, mesh, spec, backend, return_info, donate)
+    plan = plans.find(key)
+    if plan is not None:
+        return plan(a, b)
+    arguments.check_rank2(a, "a")
+    dtype = arguments.check_dtype(a, "a")
+    placement = resolve_placement(a, mesh, spec, "a")
+    n = check_square(a, placement, "a")
+    b = arguments.as_array(b, "b")
+    rows = (a.shape[0], n) if placement.manual else (n,)
+    if b.ndim not in (1, 2) or b.shape[0] not in rows:
+        raise ValueError(
+            f"jaxmg: b must have shape ({n},) or ({n}, K) to match a's {n} rows, got {b.shape}"
+        )
+    arguments.check_same_dtype(b, dtype)
+    engine = dispatch.choose("potrs", n, placement, backend)
+    if placement.manual:
+        vector = b.ndim == 1
+        x, info = engine.potrs_blocks(a, b[:, None] if vector else b, placement, tile)
+        x = x[:, 0] if vector else x
+        return (x, info) if return_info else x
+    layout = dispatch.layout("potrs", n, placement, tile, backend)
+    b_sharded = operators.is_row_sharded(b, placement)
+    if donate:
+        vector = b.ndim == 1
+        x, info, _ = _potrs_donating(a, b[:, None] if vector else b, layout=layout,
+                                     b_sharded=b_sharded)
+        x = x[:, 0] if vector else x
+        return (x, info) if return_info else x
+    plan = functools.partial(solve_pos_result, layout=layout, b_sharded=b_sharded,
+                             with_info=return_info)
+    return plans.keep(key, plan)(a, b)
+
+
+def cho_factor(a, *, tile_size=None, mesh=None, spec=None, backend="auto", donate=False,
+               on_failure="nan") -> CholeskyFactor:
+    """Cholesky factor of a symmetric/Hermitian positive-definite matrix, kept
+    sharded in the engine's layout for :func:`cho_solve` and :func:`cho_logdet`.
+
+    a: (N, N), rows sharded ``P(axis, None)``; only one triangle is read.
+    donate: reuse a's buffer for the factor (a is deleted; no derivatives
+    with respect to a then). Other arguments as for :func:`jaxmg.potrs`.
+    """
+    failures.check_on_failure(on_failure)
+    donate = arguments.check_flag(donate, "donate")
+    layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
+    f = factorise(a, layout, donate=donate)
+    failures.report(f.info, on_failure, failures.NOT_SPD)
+    return f
+
+
+def cho_solve(c_and_a: CholeskyFactor, b):
+    """Solves A X = B with the factor from :func:`cho_factor`. b: (N,) or (N, K),
+    replicated or row-sharded like A; X comes back in b's layout. Derivatives
+    flow to b and (through the factor) to A."""
+    f = c_and_a
+    if not isinstance(f, CholeskyFactor):
+        raise TypeError("jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns")
+    b = operators.as_rhs(b, f.layout.n)
+    return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement))
+
+
+def cho_logdet(c_and_a: CholeskyFactor):
+    """log det A from :func:`cho_factor`'s result (real; NaN if A is not
+    positive definite). Differentiable with respect to A."""
+    f = c_and_a
+    if not isinstance(f, CholeskyFactor):
+        raise TypeError("jaxmg.cho_logdet takes the CholeskyFactor that jaxmg.cho_factor returns")
+    plain = _no_grad_factor(f)
+    if f.a is None:
+        return cholesky_logdet(plain.factor, plain.info, layout=f.layout)
+    return _spd_logdet(f.layout, f.a, plain.factor, plain.info)
+
+
+def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
+          donate=False):
+    """Inverts a symmetric (Hermitian) positive-definite matrix via Cholesky.
+
+    Args:
+      a: (N, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
+        only one triangle is read (the upper one in row-major terms).
+      tile_size, mesh, spec, backend, donate: as for :func:`jaxmg.potrs`.
+      return_info: also return LAPACK's info (0, or the order k of the first
+        leading minor that is not positive definite).
+
+    Returns:
+      The full (both triangles) inverse, (N, N), sharded like a; all NaN if a
+      is not positive definite. Plus info (int32 scalar) if ``return_info``.
+    """
+    tile = arguments.check_tile(tile_size)
+    return_info = arguments.check_flag(return_info, "return_info")
+    donate = arguments.check_flag(donate, "donate")
+    key = eager_key((a,), "potri", tile, mesh, spec, backend, return_info, donate)
+    plan = plans.find(key)
+    if plan is not None:
+        return plan(a)
+    arguments.check_rank2(a, "a")
+    arguments.check_dtype(a, "a")
+    placement = resolve_placement(a, mesh, spec, "a")
+    n = check_square(a, placement, "a")
+    engine = dispatch.choose("potri", n, placement, backend)
+    if placement.manual:
+        inv, info = engine.potri_blocks(a, placement, tile)
+    elif donate:
+        inv, info = _potri_donating(a, layout=dispatch.layout("potri", n, placement, tile, backend))
+    else:
+        layout = dispatch.layout("potri", n, placement, tile, backend)
+        plan = functools.partial(spd_inverse_program, layout=layout, with_info=return_info)
+        return plans.keep(key, plan)(a)
+    return (inv, info) if return_info else inv
+
+
+def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    """inv(a, assume_a="pos"): the Cholesky-based inverse, row-sharded like a."""
+    failures.check_on_failure(on_failure)
+    tile = arguments.check_tile(tile_size)
+    key = eager_key((a,), "inv", tile, mesh, spec, backend, on_failure)
+
+    def make():
+        layout = dispatch.matrix_layout(a, "potri", tile_size, mesh, spec, backend, "inv")
+        program = functools.partial(spd_inverse_program, layout=layout, with_info=True)
+        return failures.reporting(program, on_failure, failures.NOT_SPD)
+
+    return plans.find_or_make(key, make)(a)
+
+
+def solve_pos_result(a, b, *, layout, b_sharded, with_info=False):
+    """x, or (x, info) with_info: what jaxmg.potrs and jaxmg.solve return."""
+    x, info = solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=with_info)
+    return (x, info) if with_info else x
+
+
+# --------------------------------------------------------------------------
+# The factor and solves against it (not differentiated: see below)
+# --------------------------------------------------------------------------
+
+
+def _no_grad(a):
+    # The factor itself is not differentiated: derivatives go through `a`. (An
+    # eager stop_gradient is an op dispatch of its own: only tracers need it.)
+    return jax.lax.stop_gradient(a) if isinstance(a, jax.core.Tracer) else a
+
+
+def _cholesky_impl(a, *, layout: Layout):
+    return layout.engine.cholesky(a, layout)
+
+
+_cholesky = jax.jit(_cholesky_impl, static_argnames=("layout",))
+_cholesky_donating = jax.jit(_cholesky_impl, static_argnames=("layout",), donate_argnums=0)
+
+
+def factorise(a, layout: Layout, *, donate=False) -> CholeskyFactor:
+    factor, info = (_cholesky_donating if donate else _cholesky)(_no_grad(a), layout=layout)
+    return CholeskyFactor(factor, None if donate else a, info, layout)
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "b_sharded"))
+def _solve_with_factor(factor, info, b, *, layout: Layout, b_sharded: bool):
+    return layout.engine.cho_solve(factor, info, b, layout, b_sharded)
+
+
+def solve_with_factor(f: CholeskyFactor, b, b_sharded=None):
+    """X with A X = B from a Cholesky factor (no derivatives). b_sharded:
+    whether b's rows are sharded (None: read from b's sharding)."""
+    b = operators.as_rhs(b, f.layout.n)
+    b2 = b[:, None] if b.ndim == 1 else b
+    if b_sharded is None:
+        b_sharded = operators.is_row_sharded(b, f.layout.placement)
+    x = _solve_with_factor(f.factor, f.info, b2, layout=f.layout, b_sharded=bool(b_sharded))
+    return x[:, 0] if b.ndim == 1 else x
+
+
+@functools.partial(jax.jit, static_argnames=("layout",))
+def cholesky_logdet(factor, info, *, layout: Layout):
+    return layout.engine.cholesky_logdet(factor, info, layout)
+
+
+def _potrs_impl(a, b, *, layout: Layout, b_sharded: bool):
+    return layout.engine.potrs(a, b, layout, b_sharded)
+
+
+# The one-call factor-and-solve serves donated calls (no derivatives); other
+# calls go through solve_pos.
+_potrs_donating = jax.jit(_potrs_impl, static_argnames=("layout", "b_sharded"), donate_argnums=0)
+
+
+def _potri_impl(a, *, layout: Layout):
+    return layout.engine.potri(a, layout)
+
+
+_potri = jax.jit(_potri_impl, static_argnames=("layout",))
+_potri_donating = jax.jit(_potri_impl, static_argnames=("layout",), donate_argnums=0)
+
+
+# --------------------------------------------------------------------------
+# Derivative rules
+# --------------------------------------------------------------------------
+
+
+def _no_grad_factor(f: CholeskyFactor) -> CholeskyFactor:
+    """The factor's arrays without derivatives: only `a` carries them."""
+    return CholeskyFactor(
+        jax.lax.stop_gradient(f.factor), None, jax.lax.stop_gradient(f.info), f.layout
+    )
+
+
+def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool):
+    plain = _no_grad_factor(f)
+
+    def solve(_, r):
+        return solve_with_factor(plain, r, b_sharded)
+
+    if f.a is None:
+        return solve(None, b)
+    matvec = operators.matvec(operators.keep_rows_sharded(f.a, f.layout), f.layout, b)
+    if jnp.iscomplexobj(b):
+        transpose_solve = lambda _, r: jnp.conj(solve(None, jnp.conj(r)))  # noqa: E731
+        return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
+    return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
+
+
+def _solve_pos_core(a, b, layout: Layout, b_sharded: bool, with_info: bool = True):
+    f = factorise(a, layout)
+    x = _cho_solve_core(f, b, b_sharded)
+    # Without info, XLA drops the work that computes it (the "jax" engine's NaN scan).
+    return (x, f.info) if with_info else (x, None)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _spd_logdet(layout, a, factor, info):
+    return cholesky_logdet(factor, info, layout=layout)
+
+
+@_spd_logdet.defjvp
+def _spd_logdet_jvp(layout, primals, tangents):
+    a, factor, info = primals
+    da = sharding.constrain_result(tangents[0], layout.placement, layout.row_spec)
+    y = _spd_logdet(layout, a, factor, info)
+    # The inverse through the differentiable solve, so derivatives of this
+    # rule (second order) are right too.
+    eye, sharded = operators.eye(layout, a.dtype)
+    inverse = _cho_solve_core(CholeskyFactor(factor, a, info, layout), eye, sharded)
+    # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
+    return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _spd_inverse(layout, a):
+    return _potri(a, layout=layout)
+
+
+@_spd_inverse.defjvp
+def _spd_inverse_jvp(layout, primals, tangents):
+    (a,), (da,) = primals, tangents
+    placement = layout.placement
+    y, info = _spd_inverse(layout, a)
+    rows = P(placement.axis, None)
+    dy = -sharding.matmul(sharding.matmul(y, da, placement, rows), y, placement, rows)
+    return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+def _spd_inverse_result(a, *, layout, with_info):
+    y, info = _spd_inverse(layout, a)
+    return (y, info) if with_info else y
+
+
+# --------------------------------------------------------------------------
+# Programs: one compiled program per call site and shapes, so an eager call
+# (through its plan) costs one dispatch
+# --------------------------------------------------------------------------
+
+_cho_solve = jax.jit(_cho_solve_core, static_argnames=("b_sharded",))
+solve_pos = jax.jit(_solve_pos_core, static_argnames=("layout", "b_sharded", "with_info"))
+spd_inverse_program = jax.jit(_spd_inverse_result, static_argnames=("layout", "with_info"))

@@ -1,0 +1,177 @@
+"""Eigenvalues and eigenvectors of symmetric/Hermitian matrices: the
+LAPACK-named syevd and the jnp.linalg-style eigh and eigvalsh, with the
+standard eigenvector derivative."""
+
+from __future__ import annotations
+
+import functools
+import typing
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import arguments, dispatch, failures, plans, sharding
+from jaxmg._src.engines.base import Layout
+from jaxmg._src.placement import check_square, eager_key, resolve_placement
+
+
+class EighResult(typing.NamedTuple):
+    eigenvalues: jax.Array
+    eigenvectors: jax.Array
+
+
+# --------------------------------------------------------------------------
+# Public functions
+# --------------------------------------------------------------------------
+
+
+def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, backend="auto",
+          return_info=False, donate=False):
+    """Eigendecomposition ``a = V diag(w) V^H`` of a symmetric (Hermitian) matrix.
+
+    Args:
+      a: (N, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
+        only one triangle is read (the upper one in row-major terms).
+      compute_vectors: also compute the eigenvectors.
+      tile_size, mesh, spec, backend, donate: as for :func:`jaxmg.potrs`.
+      return_info: also return LAPACK's info (0 on success).
+
+    Returns:
+      w: (N,) real eigenvalues in ascending order, replicated.
+      v: (N, N) eigenvectors as columns (``v[:, i]`` belongs to ``w[i]``),
+        sharded by columns, ``P(None, axis)``: each device holds a block of
+        eigenvectors. Only when ``compute_vectors``.
+      info (int32 scalar) last, if ``return_info``. On failure w and v are NaN.
+    """
+    tile = arguments.check_tile(tile_size)
+    vectors = arguments.check_flag(compute_vectors, "compute_vectors")
+    return_info = arguments.check_flag(return_info, "return_info")
+    donate = arguments.check_flag(donate, "donate")
+    key = eager_key((a,), "syevd", vectors, tile, mesh, spec, backend, return_info, donate)
+    plan = plans.find(key)
+    if plan is not None:
+        return plan(a)
+    arguments.check_rank2(a, "a")
+    arguments.check_dtype(a, "a")
+    placement = resolve_placement(a, mesh, spec, "a")
+    n = check_square(a, placement, "a")
+    engine = dispatch.choose("syevd", n, placement, backend)
+    if placement.manual:
+        w, v, info = engine.syevd_blocks(a, placement, tile, vectors)
+    elif donate:
+        w, v, info = _syevd_donating(a, layout=dispatch.layout("syevd", n, placement, tile, backend),
+                                     vectors=vectors)
+    else:
+        layout = dispatch.layout("syevd", n, placement, tile, backend)
+        plan = functools.partial(syevd_program, layout=layout, vectors=vectors,
+                                 with_info=return_info)
+        return plans.keep(key, plan)(a)
+    out = (w, v) if vectors else (w,)
+    out = out + (info,) if return_info else out
+    return out[0] if len(out) == 1 else out
+
+
+def eigh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    """(eigenvalues ascending, eigenvectors as columns) like
+    ``jnp.linalg.eigh``; the vectors are column-sharded, ``P(None, axis)``."""
+    return EighResult(*_plan(a, True, tile_size, mesh, spec, backend, on_failure)(a))
+
+
+def eigvalsh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    """Eigenvalues in ascending order, like ``jnp.linalg.eigvalsh`` (the
+    eigenvectors are computed only when differentiating)."""
+    return _plan(a, False, tile_size, mesh, spec, backend, on_failure)(a)
+
+
+def _plan(a, vectors: bool, tile_size, mesh, spec, backend, on_failure):
+    failures.check_on_failure(on_failure)
+    tile = arguments.check_tile(tile_size)
+    key = eager_key((a,), "eigh", vectors, tile, mesh, spec, backend, on_failure)
+
+    def make():
+        layout = dispatch.matrix_layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
+        program = functools.partial(syevd_program, layout=layout, vectors=vectors, with_info=True)
+        return failures.reporting(program, on_failure, failures.NO_CONVERGENCE)
+
+    return plans.find_or_make(key, make)
+
+
+# --------------------------------------------------------------------------
+# The engine's decomposition (not differentiated)
+# --------------------------------------------------------------------------
+
+
+def _syevd_impl(a, *, layout: Layout, vectors: bool):
+    return layout.engine.syevd(a, layout, vectors)
+
+
+run = jax.jit(_syevd_impl, static_argnames=("layout", "vectors"))
+_syevd_donating = jax.jit(_syevd_impl, static_argnames=("layout", "vectors"), donate_argnums=0)
+
+
+# --------------------------------------------------------------------------
+# Derivative rules
+# --------------------------------------------------------------------------
+
+
+def _hermitian_part(x, placement):
+    rows = P(placement.axis, None)
+    return (x + sharding.constrain_result(jnp.conj(x).T, placement, rows)) / 2
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _eigh(layout, a):
+    return run(a, layout=layout, vectors=True)
+
+
+@_eigh.defjvp
+def _eigh_jvp(layout, primals, tangents):
+    # The standard eigenvector derivative, as jnp.linalg.eigh differentiates
+    # (degenerate eigenvalues give the same non-finite terms there).
+    (a,), (da,) = primals, tangents
+    placement, n = layout.placement, a.shape[0]
+    rows, cols = P(placement.axis, None), P(None, placement.axis)
+    w, v, info = _eigh(layout, a)
+    # A P("r", "c") input's tangent comes in 2-D blocks; the products want rows.
+    da = _hermitian_part(sharding.constrain_result(da, placement, rows), placement)
+    da_v = sharding.matmul(da, v, placement, cols)
+    vdag_da_v = sharding.matmul(jnp.conj(v).T, da_v, placement, rows)
+    eye = jnp.eye(n, dtype=w.dtype)
+    f = 1 / (eye + w[None, :] - w[:, None]) - eye
+    # diag(V^H dA V) column by column: no gather across the sharded rows.
+    dw = sharding.constrain(jnp.real(jnp.sum(jnp.conj(v) * da_v, axis=0)), placement, P())
+    dv = sharding.matmul(v, f.astype(v.dtype) * vdag_da_v, placement, cols)
+    return (w, v, info), (dw, dv, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _eigvalsh(layout, a):
+    w, _, info = run(a, layout=layout, vectors=False)
+    return w, info
+
+
+@_eigvalsh.defjvp
+def _eigvalsh_jvp(layout, primals, tangents):
+    (w, _, info), (dw, _, _) = jax.jvp(functools.partial(_eigh, layout), primals, tangents)
+    return (w, info), (dw, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+def _syevd_result(a, *, layout, vectors, with_info):
+    """What jaxmg.syevd returns: (w, v) or w, then info if with_info."""
+    if vectors:
+        w, v, info = _eigh(layout, a)
+        out = (w, v)
+    else:
+        w, info = _eigvalsh(layout, a)
+        out = (w,)
+    out = out + (info,) if with_info else out
+    return out[0] if len(out) == 1 else out
+
+
+# --------------------------------------------------------------------------
+# Programs
+# --------------------------------------------------------------------------
+
+syevd_program = jax.jit(_syevd_result, static_argnames=("layout", "vectors", "with_info"))

@@ -1,0 +1,118 @@
+"""What every engine offers, and the Layout that carries a chosen engine
+through a call: factor, solve, invert and eigendecompose an N x N matrix
+whose rows are sharded over a placement.
+
+Every routine takes and returns global (sharded) arrays under jit; a factor
+is kept in the engine's own storage (`Layout` says which), which only that
+engine reads. Failures are data: info is 0 or the routine's LAPACK-style
+code, and results of a failed factorisation are NaN."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax.numpy as jnp
+
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src.placement import Placement
+
+
+class Engine:
+    """The function set; an engine overrides what it offers."""
+
+    name = "engine"
+
+    def tile(self, routine: str, n: int, placement: Placement, requested: int | None) -> int:
+        """The layout's tile (or block) for `routine` on an order-n matrix."""
+        return 0
+
+    # Cholesky
+    def cholesky(self, a, layout):  # -> (factor, info)
+        raise self.missing("cholesky")
+
+    def cho_solve(self, factor, info, b, layout, b_sharded: bool):  # -> x, NaN on failure
+        raise self.missing("cho_solve")
+
+    def potrs(self, a, b, layout, b_sharded: bool):  # -> (x, info, factor)
+        factor, info = self.cholesky(a, layout)
+        return self.cho_solve(factor, info, b, layout, b_sharded), info, factor
+
+    def cholesky_logdet(self, factor, info, layout):
+        raise self.missing("cholesky_logdet")
+
+    def potri(self, a, layout):  # -> (full inverse, rows sharded; info)
+        raise self.missing("potri")
+
+    # LU with partial pivoting
+    def lu(self, a, layout):  # -> (lu, piv, info)
+        raise self.missing("lu")
+
+    def lu_solve(self, lu, piv, info, b, layout, b_sharded: bool, trans: int):
+        raise self.missing("lu_solve")
+
+    def lu_slogdet(self, lu, piv, info, layout):  # -> (sign, logabsdet)
+        raise self.missing("lu_slogdet")
+
+    # Symmetric / Hermitian eigendecomposition
+    def syevd(self, a, layout, vectors: bool):  # -> (w, v or None, info)
+        raise self.missing("syevd")
+
+    # Inside the caller's shard_map: a is this device's (N/n, N) row block.
+    def potrs_blocks(self, a, b, placement, tile):  # -> (x, info)
+        raise self.missing("potrs inside shard_map")
+
+    def potri_blocks(self, a, placement, tile):  # -> (inverse rows, info)
+        raise self.missing("potri inside shard_map")
+
+    def syevd_blocks(self, a, placement, tile, vectors: bool):  # -> (w, vh rows or None, info)
+        raise self.missing("syevd inside shard_map")
+
+    # Tall matrices (M >= N)
+    def qr(self, a, placement):  # -> (q, r, info)
+        raise self.missing("qr")
+
+    def missing(self, routine: str) -> NotImplementedError:
+        return NotImplementedError(f"jaxmg: the {self.name} engine has no {routine}")
+
+    def __repr__(self):
+        return f"<jaxmg engine {self.name}>"
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """Where a factor lives and how: static, so it is part of a jit key."""
+
+    placement: Placement
+    n: int  # the order of the user's matrix
+    tile: int  # the engine's tile or block (0 where it has none)
+    engine: Engine
+
+    @property
+    def row_spec(self):
+        return P(self.placement.axis, None)
+
+
+@functools.lru_cache(maxsize=1024)
+def layout(placement: Placement, n: int, tile: int, engine: Engine) -> Layout:
+    """One Layout object per value: jit's cache compares the same object at
+    once, where a new one costs an eager call several microseconds."""
+    return Layout(placement, n, tile, engine)
+
+
+def slogdet_from(diag, swaps, dtype):
+    """(sign, log|det|) from U's diagonal and the number of row swaps. The
+    sign comes from sums only (a product reduction of complex values across
+    GPUs comes out wrong in XLA): parity of swaps and negative entries, and
+    the sum of phases."""
+    magnitude = jnp.abs(diag)
+    logabsdet = jnp.sum(jnp.log(magnitude))
+    zero = jnp.any(magnitude == 0)
+    if jnp.iscomplexobj(diag):
+        phase = jnp.sum(jnp.angle(diag)) + jnp.pi * swaps
+        sign = jnp.exp(1j * phase).astype(dtype)
+    else:
+        flips = swaps + jnp.sum(diag < 0)
+        sign = jnp.where(flips % 2 == 0, 1, -1).astype(dtype)
+    return jnp.where(zero, jnp.zeros_like(sign), sign), logabsdet

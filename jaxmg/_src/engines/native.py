@@ -1,0 +1,84 @@
+"""JAX's own single-device solvers behind jaxmg's conventions (the triangle
+read, NaN and info on failure). Used for small problems and one-device
+meshes; the matrix is replicated first, so every device of the mesh computes
+the (small) result. Its factors are JAX's own: the upper Cholesky factor, and
+LU with LAPACK's pivots."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import sharding
+from jaxmg._src.engines import base
+
+
+def _failed(values):
+    # JAX's solvers report failure as NaN; the failing order is not known here.
+    return jnp.any(jnp.isnan(values)).astype(jnp.int32)
+
+
+def _whole(x, placement):
+    return sharding.constrain(x, placement, P())
+
+
+def _b_spec(layout, b_sharded):
+    return P(layout.placement.axis, None) if b_sharded else P()
+
+
+def _failed_to_nan(x, info):
+    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
+
+
+class Native(base.Engine):
+    name = "jax"
+
+    def cholesky(self, a, layout):
+        c, _ = jsl.cho_factor(_whole(a, layout.placement), lower=False)
+        return c, _failed(jnp.diagonal(c))
+
+    def cho_solve(self, factor, info, b, layout, b_sharded):
+        # JAX's factor of a matrix that is not positive definite is NaN already.
+        x = jsl.cho_solve((factor, False), _whole(b, layout.placement))
+        return sharding.constrain_result(x, layout.placement, _b_spec(layout, b_sharded))
+
+    def cholesky_logdet(self, factor, info, layout):
+        logdet = 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(factor))))
+        return jnp.where(info == 0, logdet, jnp.nan)
+
+    def potri(self, a, layout):
+        factor, info = self.cholesky(a, layout)
+        inv = jsl.cho_solve((factor, False), jnp.eye(a.shape[0], dtype=a.dtype))
+        return sharding.constrain_result(inv, layout.placement, layout.row_spec), info
+
+    def lu(self, a, layout):
+        lu, piv = jsl.lu_factor(_whole(a, layout.placement))
+        singular = jnp.any(jnp.diagonal(lu) == 0) | jnp.any(jnp.isnan(jnp.diagonal(lu)))
+        return lu, piv, singular.astype(jnp.int32)
+
+    def lu_solve(self, lu, piv, info, b, layout, b_sharded, trans):
+        x = jsl.lu_solve((lu, piv), _whole(b, layout.placement), trans=trans)
+        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+                                         _b_spec(layout, b_sharded))
+
+    def lu_slogdet(self, lu, piv, info, layout):
+        diag = jnp.diagonal(lu)
+        swaps = jnp.sum(piv != jnp.arange(piv.shape[0]))
+        return base.slogdet_from(diag, swaps, lu.dtype)
+
+    def syevd(self, a, layout, vectors):
+        a = _whole(a, layout.placement)
+        if vectors:
+            w, v = jnp.linalg.eigh(a, UPLO="U", symmetrize_input=False)
+            v = sharding.constrain_result(v, layout.placement, P(None, layout.placement.axis))
+        else:
+            w, v = jnp.linalg.eigvalsh(a, UPLO="U"), None
+        return w, v, _failed(w)
+
+    def qr(self, a, placement):
+        q, r = jnp.linalg.qr(_whole(a, placement), mode="reduced")
+        return q, r, jnp.int32(0)
+
+
+ENGINE = Native()

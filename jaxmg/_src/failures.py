@@ -1,0 +1,55 @@
+"""How a failed factorisation is reported: NaN results (the default), a
+LinAlgError, or a checkify error."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+from jax.experimental import checkify
+
+ON_FAILURE = ("nan", "raise", "checkify")
+NOT_SPD = "jaxmg: the matrix is not positive definite"
+SINGULAR = "jaxmg: the matrix is singular"
+NO_CONVERGENCE = "jaxmg: the eigensolver did not converge"
+
+
+class LinAlgError(ArithmeticError):
+    """A factorisation failed (matrix not positive definite, or singular)."""
+
+
+def check_on_failure(on_failure):
+    if on_failure not in ON_FAILURE:
+        raise ValueError(f"jaxmg: on_failure must be one of {ON_FAILURE}, got {on_failure!r}")
+
+
+def _raise_if_failed(info, message):
+    if int(info) != 0:
+        raise LinAlgError(f"{message} (info={int(info)})")
+
+
+def report(info, on_failure: str, message: str):
+    """Acts on a factorisation's info: "nan" leaves the NaN results alone,
+    "raise" raises LinAlgError (at once for concrete values; from inside a
+    compiled program otherwise), "checkify" records a checkify error."""
+    check_on_failure(on_failure)
+    if on_failure == "nan":
+        return
+    if on_failure == "checkify":
+        checkify.check(info == 0, message + " (info={info})", info=info)
+        return
+    if isinstance(info, jax.core.Tracer):
+        jax.debug.callback(functools.partial(_raise_if_failed, message=message), info)
+    else:
+        _raise_if_failed(info, message)
+
+
+def reporting(program, on_failure: str, message: str):
+    """A plan: the compiled program, then the on_failure action on its info (last output)."""
+
+    def plan(*args):
+        *out, info = program(*args)
+        report(info, on_failure, message)
+        return out[0] if len(out) == 1 else tuple(out)
+
+    return plan

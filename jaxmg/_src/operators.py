@@ -1,0 +1,94 @@
+"""Pieces the derivative rules of the solvers share: op(A) x under explicit
+sharding, A kept row-sharded, and the sharded identity that log-determinant
+and inverse derivatives solve against."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxmg._src import sharding
+from jaxmg._src.engines.base import Layout
+from jaxmg._src.placement import sharding_of
+
+
+def op(a, trans: int):
+    """A, A^T or A^H for trans = 0, 1, 2 (lu_solve's numbering)."""
+    return a if trans == 0 else (a.T if trans == 1 else jnp.conj(a).T)
+
+
+def keep_rows_sharded(a, layout: Layout):
+    """a, constrained row-sharded: a sharding constraint transposes to the
+    same constraint, so A's cotangent (an outer product) stays sharded too."""
+    return sharding.constrain_result(a, layout.placement, layout.row_spec)
+
+
+def matvec(a, layout: Layout, b, trans=0):
+    """x -> op(a) @ x, typed like b. Under explicit sharding a local product
+    per row block (no ambiguous contraction for the transposes to resolve),
+    whose result is resharded like b."""
+    placement = layout.placement
+    spec = getattr(jax.typeof(b).sharding, "spec", None)
+    if not sharding.is_explicit(placement) or spec is None:
+        return lambda x: op(a, trans) @ x
+    if layout.n % placement.n_devices:  # explicit and uneven: all replicated
+        return lambda x: sharding.constrain(op(a, trans) @ x, placement, spec)
+    axis = placement.axis
+    rows = P(axis, None) if b.ndim == 2 else P(axis)
+    if trans == 0:
+        body, in_specs, out_specs = (lambda ab, xb: ab @ xb), (layout.row_spec, P()), rows
+    else:
+        def body(ab, xb):
+            return jax.lax.psum(op(ab, trans) @ xb, axis)
+
+        in_specs, out_specs = (layout.row_spec, rows), P()
+    product = jax.shard_map(body, mesh=placement.mesh, in_specs=in_specs, out_specs=out_specs)
+
+    def apply(x):
+        x = sharding.constrain(x, placement, in_specs[1])
+        a_rows = sharding.constrain(a, placement, layout.row_spec)
+        return sharding.constrain(product(a_rows, x), placement, spec)
+
+    return apply
+
+
+def eye(layout: Layout, dtype):
+    """The identity, row-sharded where the devices can split N evenly (explicit
+    sharding allows no uneven shards), and whether it is."""
+    placement = layout.placement
+    sharded = not (sharding.is_explicit(placement) and layout.n % placement.n_devices)
+    spec = layout.row_spec if sharded else P()
+    if placement.manual:
+        return jnp.eye(layout.n, dtype=dtype), sharded
+    return _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)(), sharded
+
+
+@functools.lru_cache(maxsize=64)
+def _eye_maker(n: int, dtype, mesh, spec):
+    # Built in place on the mesh: an eager identity would live on one device,
+    # which a mesh spanning processes cannot take. One jitted maker per shape
+    # and placement: a new one per call would compile on every eager call.
+    return jax.jit(functools.partial(jnp.eye, n, dtype=dtype), out_shardings=NamedSharding(mesh, spec))
+
+
+def is_row_sharded(b, placement) -> bool:
+    """b's rows sharded over the factor's axis (else it is treated as replicated)."""
+    spec = getattr(sharding_of(b), "spec", None)
+    if spec is None or len(spec) == 0 or placement.n_devices == 1:
+        return False
+    rows = spec[0][0] if isinstance(spec[0], tuple) and len(spec[0]) == 1 else spec[0]
+    return rows == placement.axis
+
+
+def as_rhs(b, n: int, name="b"):
+    """b as an array of shape (n,) or (n, K), else a ValueError naming it."""
+    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ValueError(
+            f"jaxmg: {name} must have shape ({n},) or ({n}, K) to match the factor's order {n}, "
+            f"got {tuple(b.shape)}"
+        )
+    return b

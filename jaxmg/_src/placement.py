@@ -1,0 +1,274 @@
+"""Where a call runs: the mesh and the row axis (or axes) a matrix is sharded
+over, read from the arguments, the array's sharding or the context, and the
+devices and platform that follow from them."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+from jaxmg._src import processes
+
+@dataclasses.dataclass(frozen=True)
+class Placement:
+    """The devices one call runs on: `mesh`, with rows sharded over `axis`
+    (one mesh axis, or a tuple of them: rows over their product, the first
+    one major, as in P(("r", "c"), None))."""
+
+    mesh: Mesh
+    axis: str | tuple[str, ...]
+    manual: bool  # True inside the caller's shard_map: arrays are local blocks
+
+    @property
+    def axes(self) -> tuple[str, ...]:
+        return self.axis if isinstance(self.axis, tuple) else (self.axis,)
+
+    @property
+    def n_devices(self) -> int:
+        return math.prod(self.mesh.shape[ax] for ax in self.axes)
+
+
+def check_square(a, placement: Placement, name: str = "a") -> int:
+    """The global order N; inside shard_map `a` is a device's (N/n, N) block."""
+    rows, cols = a.shape
+    if placement.manual:
+        n_devices = jax.lax.axis_size(placement.axis)
+        if rows * n_devices != cols:
+            raise ValueError(
+                f"jaxmg: inside shard_map {name} must be this device's (N/{n_devices}, N) row "
+                f"block, got shape {tuple(a.shape)}"
+            )
+    elif rows != cols:
+        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}")
+    return int(cols)
+
+
+def _rows_axis(spec, name: str):
+    """The mesh axis (or tuple of axes) sharding the rows, None if none."""
+    entries = tuple(spec) + (None, None)
+    rows, cols = entries[0], entries[1]
+    if cols is not None:
+        as_tuple = lambda e: e if isinstance(e, tuple) else (e,)  # noqa: E731
+        if rows is not None and not set(as_tuple(rows)) & set(as_tuple(cols)):
+            # A 2-D block layout P("r", "c"): the rows over every axis, the first
+            # major, as the engines take it (the mp engine's grid is then r x c).
+            return as_tuple(rows) + as_tuple(cols)
+        raise ValueError(
+            f"jaxmg: {name} is sharded along its columns only ({P(*spec)}); jaxmg needs rows "
+            f"sharded, e.g. P('x', None), or P(('r', 'c'), None) or P('r', 'c') on a 2-D mesh"
+        )
+    if isinstance(rows, tuple):
+        rows = rows[0] if len(rows) == 1 else (tuple(rows) or None)
+    return rows
+
+
+def sharding_of(x):
+    """x's sharding where it is known: a concrete array's, or a tracer's
+    explicit sharding type (whose mesh is then abstract: the spec is known,
+    the devices are not)."""
+    if isinstance(x, jax.core.Tracer):
+        sharding = getattr(jax.typeof(x), "sharding", None)
+        mesh = getattr(sharding, "mesh", None)
+        return None if mesh is None or mesh.empty else sharding
+    return getattr(x, "sharding", None)
+
+
+@functools.lru_cache(maxsize=64)
+def _single_device_mesh(device) -> Mesh:
+    return Mesh(np.array([device]), ("rows",))
+
+
+def _underlying_array(x):
+    """The concrete array under eager transformation tracers (grad, jvp,
+    vmap outside jit), or None under jit, where there is none."""
+    for _ in range(64):
+        if not isinstance(x, jax.core.Tracer):
+            return x if isinstance(x, jax.Array) else None
+        x = getattr(x, "primal", getattr(x, "val", None))
+    return None
+
+
+def _context_mesh():
+    mesh = jax.sharding.get_abstract_mesh()
+    return None if mesh.empty else mesh
+
+
+def context_concrete_mesh():
+    """The concrete Mesh set with `jax.set_mesh`, also while tracing under
+    jit (where jax.sharding.get_mesh refuses); None if there is none."""
+    try:
+        from jax._src.mesh import get_concrete_mesh
+
+        mesh = get_concrete_mesh()
+    except (ImportError, ValueError):
+        return None
+    return None if mesh is None or mesh.empty else mesh
+
+
+def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
+    """Reads the mesh and row axis from the arguments, a's sharding or the context."""
+    if spec is not None and not isinstance(spec, P):
+        raise TypeError(f"jaxmg: spec must be a jax.sharding.PartitionSpec, got {spec!r}")
+    abstract = _context_mesh()
+    if abstract is not None and abstract.manual_axes:
+        return _manual_placement(abstract, mesh, spec, name)
+    if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
+        # Eager calls: the answer depends on the sharding alone, and working
+        # it out again would be most of a small call's Python time.
+        return _concrete_placement(a.sharding, mesh, spec, name)
+    return _placement(a, sharding_of(a), abstract, mesh, spec, name)
+
+
+def eager_key(arrays, *options):
+    """A hashable key for an eager call's plan (what the checks and dispatch
+    decided), or None where the plan may not be reused: a traced array, or a
+    mesh set in context."""
+    if not all(_concrete(x) for x in arrays) or _context_mesh() is not None:
+        return None
+    key = tuple((x.sharding, x.shape, x.dtype) for x in arrays) + options
+    try:
+        hash(key)
+    except TypeError:  # an option of a type the checks will refuse
+        return None
+    return key
+
+
+def _concrete(x) -> bool:
+    """A jax.Array with values (not traced)."""
+    return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+
+
+@functools.lru_cache(maxsize=256)
+def _concrete_placement(sharding, mesh, spec, name: str) -> Placement:
+    return _placement(None, sharding, None, mesh, spec, name)
+
+
+def _placement(a, sharding, abstract, mesh, spec, name: str) -> Placement:
+    """`a`: the traced array, None for a concrete one (then only its sharding counts)."""
+    concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
+    if mesh is None and concrete:
+        mesh = sharding.mesh
+    if spec is None and isinstance(sharding, NamedSharding):
+        spec = sharding.spec
+    if mesh is None and not isinstance(a, jax.core.Tracer) and sharding is not None and len(
+        sharding.device_set
+    ) == 1:
+        mesh = _single_device_mesh(next(iter(sharding.device_set)))
+    if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
+        mesh = context_concrete_mesh()
+    if mesh is None and isinstance(a, jax.core.Tracer):
+        under = _underlying_array(a)
+        under_sharding = getattr(under, "sharding", None)
+        if isinstance(under_sharding, NamedSharding):
+            mesh = under_sharding.mesh
+            if spec is None and under.ndim == a.ndim:
+                spec = under_sharding.spec
+    if mesh is None:
+        raise ValueError(
+            f"jaxmg: cannot tell which devices {name} lives on. Pass mesh= and spec= "
+            "(e.g. mesh=jax.make_mesh((n,), ('x',)), spec=P('x', None)), call under "
+            "`with jax.set_mesh(mesh):`, or pass a jax.Array with a NamedSharding"
+        )
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"jaxmg: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    rows = _rows_axis(spec if spec is not None else P(), name)
+    if rows is None:
+        if mesh.size != 1:
+            used = tuple(ax for ax, size in mesh.shape.items() if size > 1)
+            axis = repr(used[0]) if len(used) == 1 else repr(used)
+            raise ValueError(
+                f"jaxmg: {name} is not row-sharded over the {mesh.size}-device mesh; place it "
+                f"with jax.device_put({name}, NamedSharding(mesh, P({axis}, None))) "
+                "or pass spec=P(axis, None)"
+            )
+        rows = mesh.axis_names[0]
+    axes = rows if isinstance(rows, tuple) else (rows,)
+    missing = [ax for ax in axes if ax not in mesh.axis_names]
+    if missing:
+        raise ValueError(f"jaxmg: spec names axis {missing[0]!r}, not in the mesh axes {mesh.axis_names}")
+    _check_one_process(mesh)
+    others = {ax: size for ax, size in mesh.shape.items() if ax not in axes and size > 1}
+    if others:
+        raise ValueError(
+            f"jaxmg: the mesh has axes {dict(mesh.shape)} but {name}'s rows are sharded over "
+            f"{axes} only; jaxmg spreads the rows over every device it uses (other axes "
+            f"{others} must have size 1). Shard the rows over all axes, e.g. "
+            f"P({tuple(mesh.axis_names)}, None), or build the mesh over the devices to use"
+        )
+    return Placement(mesh, rows, manual=False)
+
+
+def _check_one_process(mesh: Mesh) -> None:
+    """Within one process jaxmg takes any of its devices; across processes,
+    one device per process."""
+    devices = list(mesh.devices.flat)
+    if len({d.process_index for d in devices}) > 1:
+        processes.check_one_device_per_process(devices)
+
+
+def _manual_placement(abstract, mesh, spec, name: str) -> Placement:
+    manual = list(abstract.manual_axes)
+    rows = _rows_axis(spec, name) if spec is not None else None
+    if rows is None:
+        if len(manual) != 1:
+            raise ValueError(
+                f"jaxmg: inside shard_map over axes {manual}, pass spec=P(axis, None) to say "
+                f"which axis shards {name}'s rows"
+            )
+        rows = manual[0]
+    axes = rows if isinstance(rows, tuple) else (rows,)
+    others = {ax: jax.lax.axis_size(ax) for ax in manual if ax not in axes}
+    others = {ax: size for ax, size in others.items() if size > 1}
+    if others:
+        raise ValueError(
+            f"jaxmg: inside shard_map over {manual}, {name}'s rows are sharded over {axes} only; "
+            f"jaxmg spreads the rows over every device it uses (axes {others} must have size 1). "
+            f"Pass spec=P({tuple(manual)}, None) with the rows over all of them"
+        )
+    if any(ax not in manual for ax in axes):
+        raise ValueError(
+            f"jaxmg: inside shard_map, {name}'s row axis {rows!r} must be among the manual "
+            f"axes {manual}"
+        )
+    return Placement(mesh if mesh is not None else abstract, rows, manual=True)
+
+
+_PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}
+
+
+def concrete_mesh(placement: Placement):
+    """The concrete Mesh of the call: given, or (inside shard_map, where only
+    an AbstractMesh is visible) the one set with `jax.set_mesh`."""
+    if isinstance(placement.mesh, Mesh):
+        return placement.mesh
+    return context_concrete_mesh()
+
+
+def platform_of(placement: Placement) -> str:
+    mesh = concrete_mesh(placement)
+    if mesh is not None:
+        platform = mesh.devices.flat[0].platform
+    else:
+        device = getattr(placement.mesh, "abstract_device", None)
+        platform = device.platform if device is not None else jax.default_backend()
+    if platform not in _PLATFORMS:
+        raise NotImplementedError(f"jaxmg: no backend for platform {platform!r} (cpu and cuda exist)")
+    return _PLATFORMS[platform]
+
+
+def axis_devices(placement: Placement, why: str):
+    """The devices along the call's axis, in axis order."""
+    mesh = concrete_mesh(placement)
+    if mesh is None:
+        raise ValueError(
+            f"jaxmg: inside shard_map {why}, pass mesh= (the concrete jax.sharding.Mesh) or "
+            "call under `with jax.set_mesh(mesh):`"
+        )
+    # The row axes first, in order (the first one major), as P((r, c), None) deals rows.
+    axes = [mesh.axis_names.index(ax) for ax in placement.axes]
+    return list(np.moveaxis(mesh.devices, axes, list(range(len(axes)))).reshape(-1))

@@ -1,0 +1,95 @@
+"""Sharding of intermediate and result arrays: constraints that respect
+explicit sharding (which allows no uneven shards), sharded products, and the
+padding of a matrix to a layout's order."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxmg._src.placement import Placement
+
+def pad_matrix(a, n_pad: int, diagonal):
+    """Embeds a in an n_pad x n_pad matrix, `diagonal` on the extra diagonal."""
+    n = a.shape[0]
+    if n_pad == n:
+        return a
+    a = jnp.pad(a, ((0, n_pad - n), (0, n_pad - n)))
+    # An elementwise select, not a scatter: it keeps a's sharding as it is.
+    rows = jnp.arange(n_pad)[:, None]
+    cols = jnp.arange(n_pad)[None, :]
+    return jnp.where((rows == cols) & (rows >= n), jnp.asarray(diagonal, a.dtype), a)
+
+
+def pad_rows(b, n_pad: int):
+    n = b.shape[0]
+    return b if n_pad == n else jnp.pad(b, ((0, n_pad - n), (0, 0)))
+
+
+def is_explicit(placement: Placement) -> bool:
+    types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
+    return all(types[ax] == jax.sharding.AxisType.Explicit for ax in placement.axes)
+
+
+def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
+    """x restricted to its first n entries along `dims`. Explicit sharding
+    cannot split n unevenly over the devices: such a result is replicated."""
+    if all(x.shape[d] == n for d in dims):
+        return x
+    if is_explicit(placement) and n % placement.n_devices:
+        x = constrain(x, placement, P())
+    index = tuple(slice(0, n) if d in dims else slice(None) for d in range(x.ndim))
+    return x[index]
+
+
+def _even(shape, placement: Placement, spec):
+    """spec, or P() where explicit sharding would split a dimension unevenly
+    (it allows no uneven shards)."""
+    if is_explicit(placement):
+        entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+        if any(e is not None and shape[d] % placement.n_devices for d, e in enumerate(entries)):
+            return P()
+    return spec
+
+
+def constrain_result(x, placement: Placement, spec):
+    """constrain() for a result: a dimension the devices cannot split evenly
+    stays whole under explicit sharding."""
+    return constrain(x, placement, _even(x.shape, placement, spec))
+
+
+def matmul(x, y, placement: Placement, spec, precision=None):
+    """x @ y with its result sharded as `spec` (explicit sharding needs the
+    output named where both contracted dimensions are sharded); a dimension
+    the devices cannot split evenly stays whole."""
+    mm = functools.partial(jnp.matmul, precision=precision)
+    if is_explicit(placement):
+        spec = _even((x.shape[0], y.shape[-1]), placement, spec)
+        return mm(x, y, out_sharding=NamedSharding(placement.mesh, spec))
+    return constrain(mm(x, y), placement, spec)
+
+
+def constrain(x, placement: Placement, spec):
+    if placement.manual:
+        return x
+    sharding = NamedSharding(placement.mesh, spec)
+    if is_explicit(placement):
+        return jax.sharding.reshard(x, sharding)
+    return jax.lax.with_sharding_constraint(x, sharding)
+
+
+def adjoint(x):
+    """x^H (x^T for real x)."""
+    return jnp.conj(x).T if jnp.iscomplexobj(x) else x.T
+
+
+def matmul_highest(x, y, placement: Placement | None = None, spec=P()):
+    """x @ y at full precision, sharded as `spec` on `placement` (None: as XLA
+    chooses). TF32, the GPU default for float32, would cap orthogonality near
+    1e-3 in the polar and SVD iterations."""
+    if placement is None:
+        return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
+    return matmul(x, y, placement, spec, precision=jax.lax.Precision.HIGHEST)

@@ -1,0 +1,1 @@
+"""The repository's developer tools; `tools.bench` is the benchmark."""

@@ -1,0 +1,127 @@
+// The one interface every engine implements (LAPACK on host memory,
+// cuSOLVERMg over the GPUs of one machine, cuSOLVERMp per rank): the routines
+// of one call over the participants' buffers of a distributed matrix.
+//
+// An engine instance serves one call. Leader engines (LAPACK, cuSOLVERMg) run
+// on one participant over every participant's buffers; per-rank engines
+// (cuSOLVERMp) run on every rank over its own buffers and talk over NCCL, so
+// they see one part. How a part's buffers lay out the matrix is the engine's
+// contract (its header says it); the FFI layer only decodes, checks and meets.
+#ifndef JAXMG_XLA_EXT_ENGINES_ENGINE_H_
+#define JAXMG_XLA_EXT_ENGINES_ENGINE_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "xla_ext/common/scalar.h"
+#include "xla_ext/common/status.h"
+#include "xla_ext/rendezvous/buffers.h"
+
+namespace jaxmg::engines {
+
+// X(enumerator, target name): every routine a target can run.
+#define JAXMG_FOR_EACH_ROUTINE(X) \
+  X(kPotrs, potrs)                \
+  X(kPotrf, potrf)                \
+  X(kCholSolve, cholsolve)        \
+  X(kGetrf, getrf)                \
+  X(kLuSolve, lusolve)            \
+  X(kPotri, potri)                \
+  X(kSyevd, syevd)                \
+  X(kQr, qr)                      \
+  X(kRelayout, layout)
+
+enum class Routine {
+#define JAXMG_ROUTINE_ENUM(e, name) e,
+  JAXMG_FOR_EACH_ROUTINE(JAXMG_ROUTINE_ENUM)
+#undef JAXMG_ROUTINE_ENUM
+};
+
+const char* RoutineName(Routine routine);
+
+// op(A) for solves with an LU factor, numbered as jax.scipy's lu_solve does.
+enum class Trans : int64_t { kNone = 0, kTranspose = 1, kAdjoint = 2 };
+
+// The roles of a participant's buffers, in the order of its Buffers.
+enum Role : int {
+  kA,       // the matrix block, overwritten (or a factor, only read)
+  kB,       // right-hand sides
+  kX,       // solutions
+  kPivots,  // LU pivots (written by getrf, read by lusolve)
+  kW,       // eigenvalues
+  kQ,       // eigenvectors beside a (per-rank syevd)
+  kR,       // the triangular factor of a QR
+  kInfo,    // one int32: 0, or the routine's failure code
+  kWork,    // this participant's workspace
+  kRoles,
+};
+
+// A call's shape and options: the same for every participant.
+struct Call {
+  Routine routine = Routine::kPotrs;
+  int64_t m = 0;      // rows of the global matrix
+  int64_t n = 0;      // columns (the order, for square routines)
+  int64_t tile = 0;   // column tile (1-D layouts) or square block (2-D)
+  int32_t parts = 1;  // participants whose buffers the engine is given
+  int64_t rows_b = 0;  // rows of a participant's block of B
+  int64_t k = 0;       // columns of B
+  bool b_sharded = false;
+  Trans trans = Trans::kNone;
+  bool vectors = true;
+  bool to_block_cyclic = true;  // kRelayout's direction
+};
+
+// A typed view of one participant's buffers.
+template <typename T>
+struct Part {
+  rendezvous::Buffers* buffers = nullptr;
+
+  void* raw(Role r) const { return (*buffers)[r].data; }
+  uint64_t bytes(Role r) const { return (*buffers)[r].bytes; }
+  T* a() const { return static_cast<T*>(raw(kA)); }
+  const T* b() const { return static_cast<const T*>(raw(kB)); }
+  T* x() const { return static_cast<T*>(raw(kX)); }
+  int32_t* pivots() const { return static_cast<int32_t*>(raw(kPivots)); }
+  Real<T>* w() const { return static_cast<Real<T>*>(raw(kW)); }
+  T* q() const { return static_cast<T*>(raw(kQ)); }
+  T* r() const { return static_cast<T*>(raw(kR)); }
+  int32_t* info() const { return static_cast<int32_t*>(raw(kInfo)); }
+  void* work() const { return raw(kWork); }
+};
+
+template <typename T>
+using Parts = std::vector<Part<T>>;
+
+template <typename T>
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  // Workspace participant `index` brings (from XLA's allocator), in bytes.
+  // `a` is that participant's matrix block (size queries want a valid pointer).
+  virtual Status WorkspaceBytes(const Call& call, int index, void* a, size_t* bytes);
+
+  virtual Status Potrs(const Call& call, const Parts<T>& parts);      // factor, then solve
+  virtual Status Potrf(const Call& call, const Parts<T>& parts);      // Cholesky factor
+  virtual Status CholSolve(const Call& call, const Parts<T>& parts);  // solve with it
+  virtual Status Getrf(const Call& call, const Parts<T>& parts);      // LU factor, pivots
+  virtual Status LuSolve(const Call& call, const Parts<T>& parts);    // op(A) X = B with it
+  virtual Status Potri(const Call& call, const Parts<T>& parts);      // SPD inverse
+  virtual Status Syevd(const Call& call, const Parts<T>& parts);      // eigenvalues, vectors
+  virtual Status Qr(const Call& call, const Parts<T>& parts);         // reduced QR
+  virtual Status Relayout(const Call& call, const Parts<T>& parts);   // the layout alone
+
+ protected:
+  // What an engine returns for a routine it does not offer.
+  virtual const char* name() const = 0;
+  Status Unsupported(Routine routine) const;
+};
+
+// Runs call.routine: the one dispatch from a routine to its method.
+template <typename T>
+Status Run(Engine<T>& engine, const Call& call, const Parts<T>& parts);
+
+}  // namespace jaxmg::engines
+
+#endif  // JAXMG_XLA_EXT_ENGINES_ENGINE_H_

@@ -1,0 +1,166 @@
+// Platform "CUDA" for the cuSOLVERMg engine: one process with an XLA thread
+// per GPU, or one process per GPU. A participant finds its place from its
+// own GPU in the call's device list (`device_ids`, the mesh's CUDA ordinals
+// in axis order; the position operand is not read), takes its workspace from
+// XLA's allocator on its GPU, waits for its stream and meets the others; the
+// leader then drives cuSOLVERMg over every participant's buffers.
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "xla/ffi/api/ffi.h"
+#include "xla_ext/engines/mg/context.h"
+#include "xla_ext/engines/mg/engine.h"
+#include "xla_ext/ffi/handler.h"
+#include "xla_ext/ffi/registry.h"
+#include "xla_ext/rendezvous/ipc_transport.h"
+#include "xla_ext/vendor/cuda.h"
+
+namespace jaxmg::ffi_layer {
+namespace {
+
+class Cuda {
+ public:
+  Cuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator& scratch,
+       ffi::Span<const int64_t> device_ids)
+      : stream_(stream), ordinal_(ordinal), scratch_(scratch),
+        devices_(device_ids.begin(), device_ids.end()) {}
+
+  Status Join(const CallSite& site, int* index) {
+    if (!cuda::Loaded()) {
+      return Status::Error("jaxmg: the CUDA libraries are not loaded; jaxmg loads them when it "
+                           "registers its CUDA targets (import jaxmg and call it normally)");
+    }
+    if (static_cast<int64_t>(devices_.size()) != site.n_devices) {
+      return Errorf("jaxmg: device_ids names ", devices_.size(), " GPUs for ", site.n_devices,
+                    " participants");
+    }
+    ipc_ = processes::CallProcesses(site.call_id, &owners_);
+    *index = -1;
+    if (ipc_) {
+      // One process per GPU: a process's place is its rank's (the same GPU may
+      // serve several processes).
+      auto it = std::find(owners_.begin(), owners_.end(), processes::ProcessIndex());
+      if (it != owners_.end() && devices_.size() == owners_.size()) *index = it - owners_.begin();
+    } else {
+      for (size_t i = 0; i < devices_.size(); ++i) {
+        if (devices_[i] == ordinal_) *index = static_cast<int>(i);
+      }
+    }
+    if (*index < 0 || devices_[*index] != ordinal_) {
+      return Errorf("jaxmg: GPU ", ordinal_, " runs a jaxmg call but is not in its device list");
+    }
+    index_ = *index;
+    return mg::Context::Get(devices_, &ctx_);
+  }
+
+  template <typename T>
+  std::unique_ptr<engines::Engine<T>> MakeEngine() {
+    return std::make_unique<mg::MgEngine<T>>(*ctx_, ipc_);
+  }
+
+  Status Workspace(size_t bytes, void** out) {
+    // XLA's FFI allocator accepts alignments up to 16; its blocks are in fact
+    // aligned far more.
+    std::optional<void*> ptr = scratch_.Allocate(std::max<size_t>(bytes, 256), 16);
+    if (!ptr.has_value()) {
+      return Errorf("jaxmg: XLA could not allocate ", bytes,
+                    " bytes of workspace; lower XLA_PYTHON_CLIENT_MEM_FRACTION's claim or the "
+                    "problem size");
+    }
+    *out = *ptr;
+    return Status::Ok();
+  }
+
+  // The leader reads every participant's buffers once all have arrived, so
+  // each waits for its stream first.
+  Status Ready(const Operands& ops) {
+    const cuda::Api& api = cuda::api();
+    const rendezvous::Buffer& a = ops.buffers[engines::kA];
+    if (ops.a_in != nullptr && ops.a_in != a.data) {
+      JAXMG_CUDA(api.cudaMemcpyAsync(a.data, ops.a_in, a.bytes, cudaMemcpyDeviceToDevice,
+                                     stream_));
+    }
+    JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
+    return Status::Ok();
+  }
+
+  // Across processes the buffers travel through CUDA IPC. A leader whose mesh
+  // has GPUs besides its own works from its staging copy too: XLA gives a
+  // process's other GPUs no access to its pool, and here it owns one GPU.
+  Status Meet(const CallSite& site, int index, rendezvous::Buffers* mine, const Status& prior,
+              const rendezvous::LeaderWork& work) {
+    rendezvous::IpcTransport transport(mine, ordinal_, stream_);
+    const bool staged = ipc_ && index == 0 && ctx_ != nullptr &&
+                        std::any_of(devices_.begin(), devices_.end(),
+                                    [&](int d) { return d != ordinal_; });
+    if (!staged) return MeetParticipants(site, run_id_, index, mine, transport, work, prior);
+    return MeetParticipants(
+        site, run_id_, index, mine, transport,
+        [&](const std::vector<void*>& all) -> Status {
+          rendezvous::Buffers own;
+          JAXMG_RETURN_IF_ERROR(transport.StageSelf(&own));
+          std::vector<void*> with_own = all;
+          with_own[0] = &own;
+          JAXMG_RETURN_IF_ERROR(work(with_own));
+          return transport.Apply({});
+        },
+        prior);
+  }
+
+  // One call at a time per device set. Eigenvalues and info are written with
+  // cudaMemcpy from host memory, which may return before they land: the
+  // others read them once every device is synchronised.
+  template <typename Work>
+  Status Lead(Work&& work) {
+    std::lock_guard<std::mutex> lock(ctx_->mu);
+    mg::DeviceGuard guard;
+    JAXMG_RETURN_IF_ERROR(work());
+    return ctx_->SynchronizeDevices();
+  }
+
+  void set_run_id(int64_t run_id) { run_id_ = run_id; }
+
+ private:
+  cudaStream_t stream_;
+  int32_t ordinal_;
+  ffi::ScratchAllocator& scratch_;
+  std::vector<int> devices_;
+  std::vector<int32_t> owners_;
+  bool ipc_ = false;
+  int index_ = -1;
+  int64_t run_id_ = 0;
+  mg::Context* ctx_ = nullptr;
+};
+
+}  // namespace
+
+template <engines::Routine R, typename T>
+XLA_FFI_Error* MgTarget(XLA_FFI_CallFrame* frame) {
+  static auto* handler =
+      ffi::Ffi::Bind()
+          .Ctx<ffi::PlatformStream<cudaStream_t>>()
+          .Ctx<ffi::DeviceOrdinal>()
+          .Ctx<ffi::ScratchAllocator>()
+          .Ctx<ffi::RunId>()
+          .RemainingArgs()
+          .RemainingRets()
+          .Attr<CallSite>("site")
+          .Attr<Options>("options")
+          .Attr<ffi::Span<const int64_t>>("device_ids")
+          .To([](cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
+                 ffi::RunId run, ffi::RemainingArgs args, ffi::RemainingRets rets, CallSite site,
+                 Options options, ffi::Span<const int64_t> device_ids) {
+            Cuda cuda(stream, ordinal, scratch, device_ids);
+            cuda.set_run_id(run.run_id);
+            return Collective<Cuda, R, FfiType<T>::kValue>(cuda, args, rets, site, options);
+          })
+          .release();
+  return handler->Call(frame);
+}
+
+JAXMG_INSTANTIATE_TARGETS(MgTarget, JAXMG_MG_ROUTINES)
+
+}  // namespace jaxmg::ffi_layer
