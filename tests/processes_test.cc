@@ -501,10 +501,11 @@ void CheckStaggeredArrivals() {
 }
 
 // 9. A process that has the job's name but not its secret ("name:wrong", or a
-// bare "name", whose secret is the name) cannot take part: the leader drops
-// its connection at the hello, so its Meet fails with the leader's channel
-// closed, and the leader, whose real follower never came, times out naming
-// participant 1 (not as disconnected: the impostor never counted as it).
+// bare "name", whose secret is the name) cannot take part: the leader's proof
+// does not check out for it, so its Meet fails at once naming the leader as
+// unproven (it sends nothing), and the leader, whose real follower never
+// came, times out naming participant 1 (not as disconnected: the impostor
+// never counted as it).
 // Each impostor is a process of its own holding rank 1's socket name in
 // turn; the real follower comes once they left it, and a fresh call meets
 // normally.
@@ -524,7 +525,8 @@ void Impostor(const std::string& wrong, const std::string& name) {
                wrong == name ? "with the bare name" : wrong.c_str() + name.size(), elapsed,
                s.message().c_str());
   CHECK(!s.ok());
-  CHECK(Contains(s, "closed its channel"));
+  CHECK(Contains(s, "could not prove that it holds this job's secret"));
+  CHECK(Contains(s, "Nothing was sent to it"));
   CHECK(elapsed < 2.0);
 }
 
