@@ -638,6 +638,15 @@ void ReadAnswers(ConnectionPtr c) {
     c->box_cv.notify_all();
   }
   ::shutdown(c->fd, SHUT_RDWR);
+  bool bye;
+  {
+    std::lock_guard<std::mutex> lock(c->box_mu);
+    bye = c->leader_said_bye;
+  }
+  if (!bye) {
+    std::lock_guard<std::mutex> lock(state().mu);
+    state().lost.insert(c->process);
+  }
   std::lock_guard<std::mutex> lock(c->box_mu);
   c->eof = true;
   c->box_cv.notify_all();
