@@ -226,6 +226,7 @@ struct Connection {
   // Incoming side, under State::mu.
   bool closed = false;    // the peer hung up
   bool said_bye = false;  // it said goodbye first: it exits normally
+  std::string broke;      // or it broke the protocol: how (closed by this side)
   int arrivals = 0;       // its arrivals waiting in the inbox
   // Outgoing side: the leader's answers, sorted by meeting by a reader thread,
   // so calls in flight at once never wait on each other's answers.
@@ -235,6 +236,7 @@ struct Connection {
   std::set<MeetingKey> abandoned;  // meetings whose waiter gave up
   bool eof = false;
   bool leader_said_bye = false;
+  std::string leader_broke;  // how the leader broke the protocol, if it did
 };
 using ConnectionPtr = std::shared_ptr<Connection>;
 
@@ -306,6 +308,7 @@ void RememberAborted(State& s, int64_t call_id, int64_t generation, const std::s
 }
 
 std::string Departure(const Connection& c) {
+  if (!c.broke.empty()) return "it broke the channel's protocol (" + c.broke + ")";
   return c.said_bye ? "it exited" : "it was killed or crashed (its channel closed without a goodbye)";
 }
 
@@ -336,35 +339,44 @@ void SayGoodbye() {
 void Serve(ConnectionPtr c) {
   State& s = state();
   Header h;
-  while (ReadAll(c->fd, &h, sizeof(h)) && h.magic == wire::kMagic) {
+  std::string bad;  // how the peer broke the protocol
+  while (bad.empty() && ReadAll(c->fd, &h, sizeof(h))) {
     const RequestKey key{h.call_id, h.generation, h.index};
-    if (h.kind == wire::kBye && h.size == 0) {
+    if (h.magic != wire::kMagic) {
+      bad = "a frame without the channel's magic";
+    } else if (h.kind == wire::kBye && h.size == 0) {
       std::lock_guard<std::mutex> lock(s.mu);
       c->said_bye = true;
-      continue;
-    }
-    if (h.index < 1) break;
-    if (h.kind == wire::kArrive && !h.ok) {
+    } else if (h.index < 1) {
+      bad = Errorf("a frame for participant ", h.index).message();
+    } else if (h.kind == wire::kArrive && !h.ok) {
       // The follower could not even describe its buffers: the meeting fails.
       std::string why;
-      if (h.size > wire::kMaxMessage || !ReadBody(c->fd, h.size, true, &why)) break;
-      {
-        std::lock_guard<std::mutex> lock(s.mu);
-        RememberAborted(s, h.call_id, h.generation, why);
-        s.cv.notify_all();
-      }
-      Send(*c, wire::kDone, h.call_id, h.generation, h.index, false, why);
-    } else if (h.kind == wire::kArrive) {
-      wire::Arrival a;
-      if (h.size < sizeof(a) || h.size > sizeof(a) + wire::kMaxSignature + wire::kInlineRequest) {
+      if (h.size > wire::kMaxMessage) {
+        bad = Errorf("an error message of ", h.size, " bytes").message();
+      } else if (ReadBody(c->fd, h.size, true, &why)) {
+        {
+          std::lock_guard<std::mutex> lock(s.mu);
+          RememberAborted(s, h.call_id, h.generation, why);
+          s.cv.notify_all();
+        }
+        Send(*c, wire::kDone, h.call_id, h.generation, h.index, false, why);
+      } else {
         break;
       }
+    } else if (h.kind == wire::kArrive) {
+      wire::Arrival a;
       std::string body;
+      if (h.size < sizeof(a) || h.size > sizeof(a) + wire::kMaxSignature + wire::kInlineRequest) {
+        bad = Errorf("an arrival of ", h.size, " bytes").message();
+        break;
+      }
       if (!ReadBody(c->fd, h.size, true, &body)) break;
       std::memcpy(&a, body.data(), sizeof(a));
       const bool inline_request = a.request_bytes <= wire::kInlineRequest;
       if (a.signature_bytes > wire::kMaxSignature ||
           h.size != sizeof(a) + a.signature_bytes + (inline_request ? a.request_bytes : 0)) {
+        bad = "an arrival whose parts do not add up to its size";
         break;
       }
       Arrival arrival{c, body.substr(sizeof(a), a.signature_bytes), a.request_bytes,
@@ -376,12 +388,15 @@ void Serve(ConnectionPtr c) {
         const std::string why = late->second;
         lock.unlock();
         Send(*c, wire::kDone, h.call_id, h.generation, h.index, false, why);
-        continue;
+      } else if (c->arrivals >= wire::kMaxArrivalsPerPeer) {
+        bad = Errorf("more than ", wire::kMaxArrivalsPerPeer, " arrivals waiting at once").message();
+      } else if (s.inbox.count(key)) {
+        bad = Errorf("a second arrival at run ", h.generation, " of call ", h.call_id).message();
+      } else {
+        c->arrivals += 1;
+        s.inbox.emplace(key, std::move(arrival));
+        s.cv.notify_all();
       }
-      if (c->arrivals >= wire::kMaxArrivalsPerPeer || s.inbox.count(key)) break;
-      c->arrivals += 1;
-      s.inbox.emplace(key, std::move(arrival));
-      s.cv.notify_all();
     } else if (h.kind == wire::kRequest) {
       ExpectedPtr e;
       bool void_meeting = false;
@@ -394,18 +409,23 @@ void Serve(ConnectionPtr c) {
           void_meeting = s.aborted.count({h.call_id, h.generation}) > 0;
         }
       }
-      if (e == nullptr) {
+      std::string body;
+      if (e == nullptr && void_meeting && h.size <= kMaxPayloadBytes) {
         // The meeting failed after it asked for the request: read it past.
-        if (void_meeting && h.size <= kMaxPayloadBytes && Discard(c->fd, h.size)) continue;
+        if (!Discard(c->fd, h.size)) break;
+      } else if (e == nullptr) {
+        bad = Errorf("a request nobody asked for (run ", h.generation, " of call ", h.call_id, ")")
+                  .message();
+      } else if (h.size != e->bytes) {
+        bad = Errorf("a request of ", h.size, " bytes after announcing ", e->bytes).message();
+      } else if (ReadBody(c->fd, h.size, e->exact, &body)) {
+        std::lock_guard<std::mutex> lock(s.mu);
+        e->body = std::move(body);
+        e->received = true;
+        s.cv.notify_all();
+      } else {
         break;
       }
-      if (h.size != e->bytes) break;
-      std::string body;
-      if (!ReadBody(c->fd, h.size, e->exact, &body)) break;
-      std::lock_guard<std::mutex> lock(s.mu);
-      e->body = std::move(body);
-      e->received = true;
-      s.cv.notify_all();
     } else if (h.kind == wire::kCancel && h.size == 0) {
       std::unique_lock<std::mutex> lock(s.mu);
       auto it = s.inbox.find(key);
@@ -421,12 +441,13 @@ void Serve(ConnectionPtr c) {
       lock.unlock();
       Send(*c, wire::kDone, h.call_id, h.generation, h.index, false, why);
     } else {
-      break;
+      bad = Errorf("a frame of kind ", h.kind, " and ", h.size, " bytes").message();
     }
   }
   ::shutdown(c->fd, SHUT_RDWR);
   std::lock_guard<std::mutex> lock(s.mu);
   c->closed = true;
+  c->broke = bad;
   s.serving.erase(c);
   if (!c->said_bye) s.lost.insert(c->process);
   // Arrivals of a peer that hung up are void: their meetings fail.
@@ -503,13 +524,11 @@ Step Advance(Greeting& g, const std::string& job, const std::string& secret, int
   if (a.magic != wire::kMagic || a.version != wire::kVersion || !sha256::Equal(a.proof, want)) {
     return Step::kFailed;
   }
-  const wire::Welcome w{wire::kMagic, wire::kVersion};
-  if (::send(g.fd, &w, sizeof(w), MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof(w))) {
-    return Step::kFailed;
-  }
   return Step::kAuthenticated;
 }
 
+// An authenticated connection joins the peers (before it hears the welcome,
+// so a meeting that starts once it arrived sees it) and gets its reader.
 void Admit(Greeting& g) {
   State& s = state();
   const timeval stall{static_cast<time_t>(kStallTimeout.count()), 0};
@@ -525,6 +544,8 @@ void Admit(Greeting& g) {
     s.serving.insert(c);
     s.incoming[c->process] = c;
   }
+  const wire::Welcome w{wire::kMagic, wire::kVersion};
+  if (!WriteAll(c->fd, &w, sizeof(w))) ::shutdown(c->fd, SHUT_RDWR);  // its reader cleans up
   std::thread(Serve, c).detach();
 }
 
@@ -574,8 +595,24 @@ void Accept(int listen_fd, int wake_fd, std::string job, std::string secret, int
         continue;
       }
       if (static_cast<int>(greetings.size()) >= wire::kMaxUnauthenticated) {
-        // The oldest that has not even said hello goes first (a follower
-        // says it at once), else the oldest.
+        // Full: read the hellos that came meanwhile, then the oldest that
+        // has not even started one goes (a follower says it at once), else
+        // the oldest.
+        for (auto it = greetings.begin(); it != greetings.end();) {
+          const Step step = it->said_hello ? Step::kWaiting : Advance(*it, job, secret, me);
+          if (step == Step::kWaiting) {
+            ++it;
+            continue;
+          }
+          if (step == Step::kAuthenticated) {
+            Admit(*it);
+          } else {
+            ::close(it->fd);
+          }
+          it = greetings.erase(it);
+        }
+      }
+      if (static_cast<int>(greetings.size()) >= wire::kMaxUnauthenticated) {
         auto victim = std::find_if(greetings.begin(), greetings.end(),
                                    [](const Greeting& g) { return !g.said_hello && g.got == 0; });
         if (victim == greetings.end()) victim = greetings.begin();
@@ -601,13 +638,21 @@ void Accept(int listen_fd, int wake_fd, std::string job, std::string secret, int
 // connection.
 void ReadAnswers(ConnectionPtr c) {
   Header h;
-  while (ReadAll(c->fd, &h, sizeof(h)) && h.magic == wire::kMagic) {
+  std::string bad;
+  while (bad.empty() && ReadAll(c->fd, &h, sizeof(h))) {
+    if (h.magic != wire::kMagic) {
+      bad = "a frame without the channel's magic";
+      break;
+    }
     if (h.kind == wire::kBye && h.size == 0) {
       std::lock_guard<std::mutex> lock(c->box_mu);
       c->leader_said_bye = true;
       continue;
     }
-    if (h.kind != wire::kStarted && h.kind != wire::kDone) break;
+    if (h.kind != wire::kStarted && h.kind != wire::kDone) {
+      bad = Errorf("a frame of kind ", h.kind, " and ", h.size, " bytes").message();
+      break;
+    }
     const MeetingKey key{h.call_id, h.generation};
     bool drop = false, exact = false;
     uint64_t cap = 0;
@@ -621,10 +666,16 @@ void ReadAnswers(ConnectionPtr c) {
         cap = h.kind == wire::kStarted ? 0 : h.ok ? it->second.reply_cap : wire::kMaxMessage;
         exact = h.kind == wire::kDone && h.ok && it->second.exact;
       } else {
-        break;  // nobody waits for it: not the protocol
+        bad = Errorf("an answer for run ", h.generation, " of call ", h.call_id,
+                     ", which nobody waits for")
+                  .message();
+        break;
       }
     }
-    if (h.size > cap) break;
+    if (h.size > cap) {
+      bad = Errorf("a frame of ", h.size, " bytes where at most ", cap, " fit").message();
+      break;
+    }
     Frame f{h, {}};
     if (drop ? !Discard(c->fd, h.size) : !ReadBody(c->fd, h.size, exact, &f.body)) break;
     std::lock_guard<std::mutex> lock(c->box_mu);
@@ -648,6 +699,7 @@ void ReadAnswers(ConnectionPtr c) {
     state().lost.insert(c->process);
   }
   std::lock_guard<std::mutex> lock(c->box_mu);
+  c->leader_broke = bad;
   c->eof = true;
   c->box_cv.notify_all();
 }
@@ -1045,12 +1097,19 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
   ConnectionPtr c;
   if (Status st = Connect(leader, deadline, &c); !st.ok()) return failed(st);
   const auto closed = [&] {
+    std::string broke;
     bool bye;
     {
       std::lock_guard<std::mutex> lock(c->box_mu);
+      broke = c->leader_broke;
       bye = c->leader_said_bye;
     }
     DropOutgoing(c);
+    if (!broke.empty()) {
+      return failed(Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
+                           ") broke the channel's protocol (", broke,
+                           "); this process closed the connection"));
+    }
     return failed(Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
                          ") closed its channel: ",
                          bye ? "it exited" : "it was killed or crashed (no goodbye)"));
