@@ -99,10 +99,9 @@ bool Discard(int fd, uint64_t size) {
   return true;
 }
 
-bool SetBlocking(int fd, bool blocking) {
+bool SetBlocking(int fd) {
   const int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0) return false;
-  return ::fcntl(fd, F_SETFL, blocking ? flags & ~O_NONBLOCK : flags | O_NONBLOCK) == 0;
+  return flags >= 0 && ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == 0;
 }
 
 // Non-blocking fd: reads or writes exactly `size` bytes before `deadline`.
@@ -309,7 +308,9 @@ void RememberAborted(State& s, int64_t call_id, int64_t generation, const std::s
 
 std::string Departure(const Connection& c) {
   if (!c.broke.empty()) return "it broke the channel's protocol (" + c.broke + ")";
-  return c.said_bye ? "it exited" : "it was killed or crashed (its channel closed without a goodbye)";
+  if (c.said_bye) return "it exited";
+  return Errorf("it was killed or crashed (pid ", c.pid, "; its channel closed without a goodbye)")
+      .message();
 }
 
 // Tells every peer that this process exits normally (at exit(), after the
@@ -533,7 +534,7 @@ void Admit(Greeting& g) {
   State& s = state();
   const timeval stall{static_cast<time_t>(kStallTimeout.count()), 0};
   ::setsockopt(g.fd, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall));
-  if (!SetBlocking(g.fd, true)) {
+  if (!SetBlocking(g.fd)) {
     ::close(g.fd);
     return;
   }
@@ -736,13 +737,13 @@ std::string Squatter(int me, int leader, const std::string& job, const Peer& pee
       << "process " << peer.pid << " of ";
   if (other_user) {
     out << DescribeUser(peer.uid) << ", while this job runs as " << DescribeUser(::getuid())
-        << ". Another user's process took the name before process " << leader << " could";
+        << ". Another user's process took the name before process " << leader
+        << " could. Nothing was sent to it.";
   } else {
     out << "this user, and it could not prove that it holds this job's secret: it is no "
-        << "process of this job";
+        << "process of this job. It got only a greeting (no secret, no data).";
   }
-  out << ". Nothing was sent to it. Stop that process, or start the job again (a new job "
-         "picks a new name).";
+  out << " Stop that process, or start the job again (a new job picks a new name).";
   return out.str();
 }
 
@@ -788,7 +789,7 @@ Status Connect(int leader, Clock::time_point deadline, ConnectionPtr* out) {
         ::close(fd);
         return Status::Error(Squatter(me, leader, name, peer, false));
       }
-      if (dial == Dial::kConnected && SetBlocking(fd, true)) {
+      if (dial == Dial::kConnected && SetBlocking(fd)) {
         const timeval stall{static_cast<time_t>(kStallTimeout.count()), 0};
         ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &stall, sizeof(stall));
         auto c = std::make_shared<Connection>(fd, leader, peer.pid);
@@ -1111,8 +1112,8 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
                            "); this process closed the connection"));
     }
     return failed(Errorf("jaxmg: process ", leader, " (the leader of call ", call_id,
-                         ") closed its channel: ",
-                         bye ? "it exited" : "it was killed or crashed (no goodbye)"));
+                         ") closed its channel: ", bye ? "it exited" : "it was killed or crashed",
+                         " (pid ", c->pid, bye ? ")" : "; no goodbye)"));
   };
   const MeetingKey key{call_id, generation};
   const uint64_t reply_cap = transport.MaxReplyBytes();
