@@ -54,7 +54,7 @@ def test_a_rank_that_stops_calling_under_the_launcher(settings):
 
 
 def test_a_rank_that_stops_calling_without_the_launcher(settings):
-    check(stress.scenario_never(settings, ranks=3, idle=2, mode="direct", stop_at=0))
+    check(stress.scenario_never(settings, ranks=3, idle=2, mode="direct", stop_at=3))
 
 
 def test_hostile_clients_change_nothing_for_a_running_job(settings):

@@ -79,8 +79,8 @@ bool CallProcesses(int64_t call_id, std::vector<int32_t>* processes);
 // (printable bytes as they are, others as \xNN). Empty everywhere: not
 // compared.
 //
-// A peer that dies fails the meeting at once for everyone: before it starts,
-// while it waits for requests, or during the work (the leader's own result is
+// A peer that dies fails the meeting for everyone: at once before the work,
+// and as the work ends when it died during it (the leader's own result is
 // then discarded too, so no participant succeeds where another failed).
 Status Meet(int64_t call_id, const std::vector<int32_t>& processes, void* mine,
             std::chrono::milliseconds arrival_timeout, Transport& transport,
