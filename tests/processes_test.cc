@@ -265,8 +265,9 @@ void CheckPriorFailure(int failing) {
 // follower 2 (2.6 s). Follower 1's request is withdrawn, so the meeting fails
 // for everyone: no participant may succeed where another failed. Follower 1
 // fails at its own timeout, the leader at the withdrawal (before its own
-// timeout), follower 2 at once; all within 3 s of their own arrival. The
-// next run of the call meets normally.
+// timeout), follower 2 at once; all within 3 s of their own arrival, and all
+// name participant 2 as the one that had not come. The next run of the call
+// meets normally.
 void CheckStaggeredArrivals() {
   const std::string token = NewToken("staggered");
   const auto t0 = Clock::now() + 300ms;  // CLOCK_MONOTONIC: the same in every child
@@ -282,6 +283,8 @@ void CheckStaggeredArrivals() {
                    std::chrono::duration<double>(start - t0).count(), elapsed,
                    s.message().c_str());
       CHECK(!s.ok());
+      CHECK(Contains(s, "participants [2 (process 2)] of 3 did not reach call 11 in time: "
+                        "participant 1 (process 1) gave up waiting"));
       if (rank == 1) {
         // It fails when its own timeout passes, not when the leader's does.
         CHECK(Contains(s, "waited 1500 ms"));

@@ -136,7 +136,6 @@ class Job:
         self.lines: list[list[tuple[float, str]]] = [[] for _ in range(ranks)]
         self.other: list[tuple[float, str]] = []  # the launcher's own lines
         self.lock = threading.Lock()
-        self.start = time.monotonic()
         self.procs: list[subprocess.Popen] = []
         self.ended: dict[int, float] = {}
         gpus = gpus[:ranks] if gpus else None
@@ -613,8 +612,9 @@ def scenario_never(s: Settings, ranks: int = 2, idle: int = 1, mode: str = "laun
     if idle != 0 and f"participants [{idle} (process {idle})] of {ranks} did not reach" not in said \
             and f"process {idle} did not join jaxmg's job channel" not in said:
         problems.append(f"no rank named participant {idle}: {said[-500:]}")
-    if idle == 0 and not re.search(r"its leader, process 0|could not reach process 0|process 0 "
-                                   r"did not join", said):
+    if idle == 0 and not re.search(r"\[0 \(process 0, the leader\)\]|its leader, process 0, does "
+                                   r"not answer|could not reach process 0|process 0 did not join",
+                                   said):
         problems.append(f"no rank named the leader: {said[-500:]}")
     # The others wait the timeout for it (a few seconds more while it traces).
     if not finished or ended > s.timeout_s + s.slack_s:

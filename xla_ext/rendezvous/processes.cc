@@ -274,6 +274,7 @@ struct State {
   std::map<RequestKey, Arrival> inbox;
   std::map<RequestKey, ExpectedPtr> expected;
   std::map<MeetingKey, std::string> aborted;  // failed meetings
+  std::set<MeetingKey> leading;               // meetings this leader waits for
   std::map<int, ConnectionPtr> incoming;      // latest, by peer process
   std::set<ConnectionPtr> serving;            // every authenticated incoming connection
   // Follower side.
@@ -333,6 +334,32 @@ void SayGoodbye() {
 //===--------------------------------------------------------------------===//
 // Leader side: one thread per authenticated incoming connection
 //===--------------------------------------------------------------------===//
+
+// Why a meeting fails when follower `index` gives up waiting for it: who had
+// not come yet (the leader counts as come once it waits in Lead).
+std::string GaveUp(State& s, int64_t call_id, int64_t generation, int index, int process) {
+  std::ostringstream out;
+  out << "jaxmg: ";
+  auto call = s.calls.find(call_id);
+  if (call != s.calls.end()) {
+    const std::vector<int32_t>& processes = call->second;
+    const bool leader_here = s.leading.count({call_id, generation}) > 0;
+    out << "participants [";
+    const char* sep = "";
+    for (int i = 0; i < static_cast<int>(processes.size()); ++i) {
+      const bool here = i == 0 ? leader_here
+                               : i == index || s.inbox.count({call_id, generation, i}) > 0;
+      if (here) continue;
+      out << sep << i << " (process " << processes[i] << (i == 0 ? ", the leader" : "") << ")";
+      sep = ", ";
+    }
+    out << "] of " << processes.size() << " did not reach call " << call_id << " in time: ";
+  }
+  out << "participant " << index << " (process " << process << ") gave up waiting for call "
+      << call_id << " to start. Every process of the mesh must execute the same jaxmg calls in "
+      << "the same order; raise JAXMG_TIMEOUT_S if one is merely slow.";
+  return out.str();
+}
 
 // Reads one follower's frames until it hangs up or breaks the protocol; an
 // arrival goes to the inbox for its meeting, a request to the meeting that
@@ -433,10 +460,7 @@ void Serve(ConnectionPtr c) {
       if (it == s.inbox.end() || it->second.from != c) continue;  // started: it waits for the end
       s.inbox.erase(it);
       c->arrivals -= 1;
-      const std::string why = Errorf("jaxmg: participant ", h.index, " (process ", c->process,
-                                     ") gave up waiting for call ", h.call_id,
-                                     " to start: not every participant arrived in time")
-                                  .message();
+      const std::string why = GaveUp(s, h.call_id, h.generation, h.index, c->process);
       RememberAborted(s, h.call_id, h.generation, why);
       s.cv.notify_all();
       lock.unlock();
@@ -955,6 +979,7 @@ Status Lead(int64_t call_id, int64_t generation, const std::vector<int32_t>& pro
       return all;
     };
     bool complete = false;
+    s.leading.insert({call_id, generation});
     // A leader that failed before the meeting fails it at once; late
     // followers learn it from the aborted list.
     while (prior.ok() && !(complete = arrived())) {
@@ -965,6 +990,7 @@ Status Lead(int64_t call_id, int64_t generation, const std::vector<int32_t>& pro
         break;
       }
     }
+    s.leading.erase({call_id, generation});
     if (!prior.ok()) arrived();
     if (complete && withdrawn()) complete = false;
     for (int i = 1; i < n; ++i) {
@@ -1186,12 +1212,10 @@ Status Follow(int64_t call_id, int64_t generation, const std::vector<int32_t>& p
       }
     } else if (f.h.kind == wire::kDone) {
       if (!f.h.ok && cancelled && !started) {
-        return failed(Errorf(
-            "jaxmg: participant ", index, " (process ", processes[index], ") waited ",
-            timeout.count(), " ms for call ", call_id, " to start; its leader, process ", leader,
-            ", or another participant never arrived. Every process of the mesh must execute the "
-            "same jaxmg calls; raise JAXMG_TIMEOUT_S if one is merely slow. (",
-            f.body, ")"));
+        const std::string said = f.body.rfind("jaxmg: ", 0) == 0 ? f.body.substr(7) : f.body;
+        return failed(Errorf("jaxmg: participant ", index, " (process ", processes[index],
+                             ") waited ", timeout.count(), " ms for call ", call_id,
+                             " to start; its leader, process ", leader, ", says: ", said));
       }
       if (!f.h.ok) return failed(Status::Error(f.body));
       if (!exported.ok()) return failed(exported);
