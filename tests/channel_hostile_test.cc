@@ -200,6 +200,7 @@ class Sampler {
 struct Attack {
   std::atomic<int> done{0};
   std::atomic<int> failures{0};
+  std::atomic<int> counted{0};  // the leader has counted its connections
 };
 
 // 1. Garbage before authentication, while a leader and a follower meet 300
@@ -229,12 +230,13 @@ void CheckGarbageBeforeAuthentication() {
         while (attack->done.load() == 0) std::this_thread::sleep_for(10ms);
         CHECK(processes::GetStats().connections == 1);
         CHECK(processes::GetStats().pending == 0);
+        attack->counted = 1;
       },
       [=] {
         CHECK_OK(processes::Open(token, 1));
         RegisterAll(2, {kCallA});
         for (int it = 0; it < 300; ++it) CHECK_OK(MeetOnce(kCallA, 2, 1, 1, it, 10s));
-        while (attack->done.load() == 0) std::this_thread::sleep_for(10ms);
+        while (attack->counted.load() == 0) std::this_thread::sleep_for(10ms);
       },
       [=] {
         // The header of a frame announcing 2^40 bytes (it crashed the old
@@ -641,6 +643,7 @@ void CheckClientOfAnotherUser() {
   const std::string token = NewToken("otheruser") + ":s3cret";
   const std::string job = JobName(token);
   auto* state = Shared<std::atomic<int>>();  // 1: leader up, 2: client done, -1: no setuid
+  auto* counted = Shared<std::atomic<int>>();
   RunChildren("client of another user", {
       [=] {
         CHECK_OK(processes::Open(token, 0));
@@ -649,11 +652,13 @@ void CheckClientOfAnotherUser() {
         for (int it = 0; it < 50; ++it) CHECK_OK(MeetOnce(kCallA, 2, 0, 1, it, 10s));
         while (state->load() == 1) std::this_thread::sleep_for(5ms);
         CHECK(processes::GetStats().connections == 1);
+        counted->store(1);
       },
       [=] {
         CHECK_OK(processes::Open(token, 1));
         RegisterAll(2, {kCallA});
         for (int it = 0; it < 50; ++it) CHECK_OK(MeetOnce(kCallA, 2, 1, 1, it, 10s));
+        while (counted->load() == 0) std::this_thread::sleep_for(5ms);  // connected meanwhile
       },
       [=] {
         while (state->load() == 0) std::this_thread::sleep_for(1ms);
