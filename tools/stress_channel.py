@@ -137,6 +137,7 @@ class Job:
         self.other: list[tuple[float, str]] = []  # the launcher's own lines
         self.lock = threading.Lock()
         self.procs: list[subprocess.Popen] = []
+        self.readers: list[threading.Thread] = []
         self.ended: dict[int, float] = {}
         gpus = gpus[:ranks] if gpus else None
         if mode == "launcher":
@@ -158,7 +159,9 @@ class Job:
     def _spawn(self, command, env, rank):
         p = subprocess.Popen(command, env=env, cwd=ROOT, stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, bufsize=1)
-        threading.Thread(target=self._read, args=(p, rank), daemon=True).start()
+        reader = threading.Thread(target=self._read, args=(p, rank), daemon=True)
+        reader.start()
+        self.readers.append(reader)
         return p
 
     def _read(self, p, rank):
@@ -216,7 +219,6 @@ class Job:
                 pass
         finished = all(p.poll() is not None for p in self.procs)
         self.kill_all()
-        time.sleep(0.1)
         return finished
 
     def end_time(self, rank: int) -> float | None:
@@ -234,6 +236,8 @@ class Job:
                 pid = self.pid(rank)
                 if pid and _alive(pid):
                     os.kill(pid, signal.SIGKILL)
+        for reader in self.readers:  # every line read
+            reader.join(timeout=10.0)
 
     def codes(self) -> list[int | None]:
         return [p.poll() for p in self.procs]
