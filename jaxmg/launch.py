@@ -7,8 +7,11 @@ Each process gets a private coordinator address on localhost and its rank
 through the environment; the program calls :func:`initialize` (or
 ``jax.distributed.initialize`` with the same values) before touching devices.
 Output is forwarded line by line with a ``[rank i]`` prefix. When one rank
-fails, the others are stopped and the launcher exits with that rank's status,
-so a crashed peer never leaves the rest waiting.
+fails, the others are stopped and the launcher exits with that rank's status
+(128 + the signal for a rank killed by one), so a crashed peer never leaves
+the rest waiting. The ranks die with the launcher, even when it is killed
+with SIGKILL: the kernel signals each rank when its parent dies, and
+:func:`initialize` watches the launcher from ranks started through a wrapper.
 
 On GPUs, ``--one-gpu-per-process`` gives process i the GPU i alone (through
 ``local_device_ids``); ``--gpus 0,0,1,1`` names each rank's GPU, so several
@@ -21,7 +24,9 @@ environments itself, and :func:`initialize` defers to it there.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -33,6 +38,9 @@ COORDINATOR = "JAXMG_COORDINATOR"
 NUM_PROCESSES = "JAXMG_NUM_PROCESSES"
 PROCESS_ID = "JAXMG_PROCESS_ID"
 LOCAL_DEVICE = "JAXMG_LOCAL_DEVICE_IDS"
+LAUNCHER_PID = "JAXMG_LAUNCHER_PID"
+
+_PR_SET_PDEATHSIG = 1
 
 
 def initialize() -> bool:
@@ -40,6 +48,8 @@ def initialize() -> bool:
     does nothing) when this process was not started by it."""
     if COORDINATOR not in os.environ:
         return False
+    if LAUNCHER_PID in os.environ:
+        _die_with_launcher(int(os.environ[LAUNCHER_PID]))
     import jax
 
     devices = os.environ.get(LOCAL_DEVICE)
@@ -52,6 +62,61 @@ def initialize() -> bool:
         local_device_ids=[int(d) for d in devices.split(",")] if devices else None,
     )
     return True
+
+
+def _launcher_gone(pid: int) -> None:
+    try:
+        sys.stderr.write(f"jaxmg.launch: the launcher (process {pid}) is gone; rank "
+                         f"{os.environ.get(PROCESS_ID)} stops\n")
+        sys.stderr.flush()
+    except OSError:  # its output went to the launcher
+        pass
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _die_with_launcher(pid: int) -> None:
+    """Ends this rank when the launcher ends: the launcher's direct children
+    get SIGKILL from the kernel already; this also covers a rank started
+    through a wrapper (a shell, a profiler)."""
+    try:
+        handle = os.pidfd_open(pid)
+    except ProcessLookupError:
+        _launcher_gone(pid)
+    except (AttributeError, OSError):  # no pidfd (Linux < 5.3): poll for it
+        handle = None
+
+    def watch():
+        if handle is not None:
+            select.select([handle], [], [])
+        else:
+            while True:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:  # alive, under another user
+                    pass
+                time.sleep(0.5)
+        _launcher_gone(pid)
+
+    threading.Thread(target=watch, name="jaxmg-launcher-watch", daemon=True).start()
+
+
+def _die_with_parent(parent: int, prctl) -> None:
+    """Runs in each rank between fork and exec."""
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:  # the launcher died before the line above
+        os._exit(1)
+
+
+def _describe(status: int) -> str:
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"was killed by {name}"
+    return f"exited with status {status}"
 
 
 def _free_port() -> int:
@@ -82,10 +147,12 @@ def _stop(procs, grace: float) -> None:
 
 
 def run(n: int, command: list[str], *, one_gpu_per_process: bool = False,
-        gpus: list[int] | None = None, timeout: float | None = None, grace: float = 5.0) -> int:
+        gpus: list[int] | None = None, timeout: float | None = None, grace: float = 2.0) -> int:
     """Runs `command` as n ranks; returns 0, or the status of the first rank
-    that failed (124 if the job ran past `timeout` seconds). `gpus[i]` is rank
-    i's GPU."""
+    that failed (124 if the job ran past `timeout` seconds; minus the signal
+    for a rank killed by one). `gpus[i]` is rank i's GPU. The ranks left when
+    one fails get SIGTERM, and SIGKILL `grace` seconds later (JAX's preemption
+    service takes SIGTERM as a notice, not as an order to stop)."""
     if n < 1:
         raise ValueError(f"jaxmg.launch: -n must be at least 1, got {n}")
     if one_gpu_per_process and gpus is None:
@@ -96,44 +163,58 @@ def run(n: int, command: list[str], *, one_gpu_per_process: bool = False,
     address = f"127.0.0.1:{_free_port()}"
     lock = threading.Lock()
     procs, pumps = [], []
-    for rank in range(n):
-        env = dict(os.environ, **{COORDINATOR: address, NUM_PROCESSES: str(n), PROCESS_ID: str(rank)})
-        if gpus is not None:
-            env[LOCAL_DEVICE] = str(gpus[rank])
-            if sharing[gpus[rank]] > 1 and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
-                env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / sharing[gpus[rank]]:.3f}"
-        p = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, bufsize=1)
-        procs.append(p)
-        for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
-            t = threading.Thread(target=_forward, args=(stream, rank, sink, lock), daemon=True)
-            t.start()
-            pumps.append(t)
-    start = time.monotonic()
-    status = 0
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    me = os.getpid()
+    # SIGTERM (a scheduler, `timeout`) stops the ranks on the way out too.
+    previous_term = None
+    if threading.current_thread() is threading.main_thread():
+        previous_term = signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     try:
-        while True:
-            codes = [p.poll() for p in procs]
-            failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
-            if failed:
-                rank, status = failed[0]
-                with lock:
-                    sys.stderr.write(f"jaxmg.launch: rank {rank} exited with status {status}; "
-                                     "stopping the other ranks\n")
-                break
-            if all(c == 0 for c in codes):
-                break
-            if timeout is not None and time.monotonic() - start > timeout:
-                with lock:
-                    sys.stderr.write(f"jaxmg.launch: the job ran past {timeout:g} s; stopping it\n")
-                status = 124
-                break
-            time.sleep(0.05)
+        # Every rank is started before any thread: the set-up between fork and
+        # exec must not run while other threads hold locks.
+        for rank in range(n):
+            env = dict(os.environ, **{COORDINATOR: address, NUM_PROCESSES: str(n),
+                                      PROCESS_ID: str(rank), LAUNCHER_PID: str(me)})
+            if gpus is not None:
+                env[LOCAL_DEVICE] = str(gpus[rank])
+                if sharing[gpus[rank]] > 1 and "XLA_PYTHON_CLIENT_MEM_FRACTION" not in os.environ:
+                    env["XLA_PYTHON_CLIENT_MEM_FRACTION"] = f"{0.9 / sharing[gpus[rank]]:.3f}"
+            procs.append(subprocess.Popen(
+                command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                bufsize=1, preexec_fn=lambda: _die_with_parent(me, prctl)))
+        for rank, p in enumerate(procs):
+            for stream, sink in ((p.stdout, sys.stdout), (p.stderr, sys.stderr)):
+                t = threading.Thread(target=_forward, args=(stream, rank, sink, lock),
+                                     daemon=True)
+                t.start()
+                pumps.append(t)
+        return _supervise(procs, lock, timeout)
     finally:
         _stop(procs, grace)
         for t in pumps:
             t.join(timeout=1.0)
-    return status
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
+
+
+def _supervise(procs, lock: threading.Lock, timeout: float | None) -> int:
+    start = time.monotonic()
+    while True:
+        codes = [p.poll() for p in procs]
+        failed = [(r, c) for r, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            rank, status = failed[0]
+            with lock:
+                sys.stderr.write(f"jaxmg.launch: rank {rank} {_describe(status)}; "
+                                 "stopping the other ranks\n")
+            return status
+        if all(c == 0 for c in codes):
+            return 0
+        if timeout is not None and time.monotonic() - start > timeout:
+            with lock:
+                sys.stderr.write(f"jaxmg.launch: the job ran past {timeout:g} s; stopping it\n")
+            return 124
+        time.sleep(0.05)
 
 
 def _gpu_list(text: str) -> list[int]:
@@ -168,8 +249,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         command = [sys.executable, args.program, *args.args]
     try:
-        return run(args.nprocs, command, one_gpu_per_process=args.one_gpu_per_process,
-                   gpus=args.gpus, timeout=args.timeout)
+        status = run(args.nprocs, command, one_gpu_per_process=args.one_gpu_per_process,
+                     gpus=args.gpus, timeout=args.timeout)
+        return 128 - status if status < 0 else status
     except ValueError as e:
         parser.error(str(e))
         return 2

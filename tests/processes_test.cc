@@ -5,225 +5,25 @@
 // fails for all; a participant's prior failure fails its meeting for all at
 // once and keeps the runs paired; staggered arrivals never let one
 // participant succeed where another failed; a process without the job's
-// secret cannot take part.
-//
-// The parent never calls Open (it starts threads, and fork() must happen
-// while the parent has only one); each child opens its own channel.
-#include <dirent.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
+// secret cannot take part. Participants bringing different signatures fail
+// before any work; requests too large to travel with the arrival come once
+// the meeting started, within the transport's caps; a participant killed
+// during the work fails the meeting for all; a clean exit and a kill read
+// differently.
 #include <chrono>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <functional>
-#include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "tests/check.h"
-#include "xla_ext/rendezvous/processes.h"
+#include "tests/processes_testing.h"
 
-using jaxmg::Status;
-namespace processes = jaxmg::processes;
-using namespace std::chrono_literals;
-using Clock = std::chrono::steady_clock;
-
-// CHECK, but prints the failed status's message.
-#define CHECK_OK(expr)                                                                  \
-  do {                                                                                  \
-    const Status s_ = (expr);                                                           \
-    if (!s_.ok()) {                                                                     \
-      std::fprintf(stderr, "%s:%d: %s failed: %s\n", __FILE__, __LINE__, #expr,         \
-                   s_.message().c_str());                                               \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
+using namespace testing;
 
 namespace {
-
-constexpr int kValues = 5;
-constexpr int64_t kCallA = 11;
-constexpr int64_t kCallB = 12;
-
-// Distinct for every (tag, participant, iteration, element), so a request
-// routed to the wrong meeting, participant or job shows up as a wrong value.
-int64_t Value(int64_t tag, int rank, int64_t iteration, int k) {
-  return tag * 1000000000 + rank * 1000000 + iteration * 10 + k;
-}
-
-int64_t Total(int64_t tag, int n, int64_t iteration, int k) {
-  int64_t sum = 0;
-  for (int r = 0; r < n; ++r) sum += Value(tag, r, iteration, k);
-  return sum;
-}
-
-std::vector<int64_t> Values(int64_t tag, int rank, int64_t iteration) {
-  std::vector<int64_t> v(kValues);
-  for (int k = 0; k < kValues; ++k) v[k] = Value(tag, rank, iteration, k);
-  return v;
-}
-
-std::string Encode(const std::vector<int64_t>& v) {
-  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(int64_t));
-}
-
-Status Decode(const std::string& bytes, std::vector<int64_t>* v) {
-  if (bytes.size() != kValues * sizeof(int64_t)) {
-    return jaxmg::Errorf("test transport: ", bytes.size(), " bytes instead of ",
-                         kValues * sizeof(int64_t));
-  }
-  v->resize(kValues);
-  std::memcpy(v->data(), bytes.data(), bytes.size());
-  return Status::Ok();
-}
-
-// Copies: a follower's request is its values, the leader keeps a copy per
-// follower as its payload and replies with the copy after the work.
-class CopyTransport : public processes::Transport {
- public:
-  CopyTransport(std::vector<int64_t>* mine, int64_t tag, int64_t iteration)
-      : mine_(mine), tag_(tag), iteration_(iteration) {}
-
-  Status Export(std::string* request) override {
-    *request = Encode(*mine_);
-    return Status::Ok();
-  }
-  Status Import(int index, const std::string& request, void** payload) override {
-    std::vector<int64_t>& v = imported_[index];
-    JAXMG_RETURN_IF_ERROR(Decode(request, &v));
-    if (v != Values(tag_, index, iteration_)) {
-      return jaxmg::Errorf("test transport: participant ", index, " brought values of another "
-                           "meeting (", v[0], ")");
-    }
-    *payload = &v;
-    return Status::Ok();
-  }
-  Status Reply(int index, std::string* reply) override {
-    *reply = Encode(imported_.at(index));
-    return Status::Ok();
-  }
-  Status Apply(const std::string& reply) override { return Decode(reply, mine_); }
-
- private:
-  std::vector<int64_t>* mine_;
-  int64_t tag_, iteration_;
-  std::map<int, std::vector<int64_t>> imported_;
-};
-
-Status SumWork(const std::vector<void*>& payloads) {
-  std::vector<int64_t> sum(kValues, 0);
-  for (void* p : payloads) {
-    const auto& v = *static_cast<std::vector<int64_t>*>(p);
-    for (int k = 0; k < kValues; ++k) sum[k] += v[k];
-  }
-  for (void* p : payloads) *static_cast<std::vector<int64_t>*>(p) = sum;
-  return Status::Ok();
-}
-
-// One meeting of participant `rank` of `n`; checks it got the total. A
-// failed `prior` is passed on to Meet (the participant failed beforehand).
-Status MeetOnce(int64_t call_id, int n, int rank, int64_t tag, int64_t iteration,
-                std::chrono::milliseconds timeout, const Status& prior = Status::Ok()) {
-  std::vector<int32_t> procs(n);
-  for (int i = 0; i < n; ++i) procs[i] = i;
-  std::vector<int64_t> mine = Values(tag, rank, iteration);
-  CopyTransport transport(&mine, tag, iteration);
-  JAXMG_RETURN_IF_ERROR(
-      processes::Meet(call_id, procs, &mine, timeout, transport, SumWork, prior));
-  for (int k = 0; k < kValues; ++k) {
-    if (mine[k] != Total(tag, n, iteration, k)) {
-      return jaxmg::Errorf("participant ", rank, " got ", mine[k], " instead of ",
-                           Total(tag, n, iteration, k));
-    }
-  }
-  return Status::Ok();
-}
-
-void RegisterAll(int n, std::initializer_list<int64_t> calls) {
-  std::vector<int32_t> procs(n);
-  for (int i = 0; i < n; ++i) procs[i] = i;
-  for (int64_t c : calls) processes::RegisterCall(c, procs);
-}
-
-int OpenFds() {
-  DIR* d = opendir("/proc/self/fd");
-  CHECK(d != nullptr);
-  int n = 0;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
-  closedir(d);
-  return n;
-}
-
-bool Contains(const Status& s, const char* part) {
-  return s.message().find(part) != std::string::npos;
-}
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// Unique per test run and scenario, so concurrent runs never share a socket.
-std::string NewToken(const char* scenario) {
-  static int counter = 0;
-  const auto ns = std::chrono::system_clock::now().time_since_epoch().count();
-  return std::string(scenario) + "-" + std::to_string(getpid()) + "-" + std::to_string(ns) + "-" +
-         std::to_string(counter++);
-}
-
-// Runs each body in a forked child; the child's exit status is its verdict.
-// Fails the test on a non-zero status or a child still running at the deadline.
-void RunChildren(const char* scenario, const std::vector<std::function<void()>>& bodies,
-                 std::chrono::seconds deadline = 60s) {
-  std::fflush(nullptr);
-  std::vector<pid_t> pids;
-  for (const auto& body : bodies) {
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-      body();
-      std::fflush(nullptr);
-      _exit(0);
-    }
-    pids.push_back(pid);
-  }
-  const auto start = Clock::now();
-  const auto end = start + deadline;
-  std::vector<bool> done(pids.size(), false);
-  bool failed = false;
-  for (size_t left = pids.size(); left > 0;) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (done[i]) continue;
-      int status = 0;
-      pid_t r = waitpid(pids[i], &status, WNOHANG);
-      CHECK(r >= 0);
-      if (r == 0) continue;
-      done[i] = true;
-      --left;
-      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        std::fprintf(stderr, "%s: child %zu failed (status 0x%x)\n", scenario, i, status);
-        failed = true;
-      }
-    }
-    if (left > 0 && Clock::now() > end) {
-      for (size_t i = 0; i < pids.size(); ++i) {
-        if (done[i]) continue;
-        std::fprintf(stderr, "%s: child %zu hung; killing it\n", scenario, i);
-        kill(pids[i], SIGKILL);
-        waitpid(pids[i], nullptr, 0);
-      }
-      failed = true;
-      break;
-    }
-    if (left > 0) std::this_thread::sleep_for(2ms);
-  }
-  std::printf("%s: %.2f s\n", scenario, Seconds(start));
-  CHECK(!failed);
-}
 
 // 1. Three processes, two interleaved call sites met 10,000 times each: every
 // meeting sums correctly, and no file descriptor or request piles up.
@@ -465,8 +265,9 @@ void CheckPriorFailure(int failing) {
 // follower 2 (2.6 s). Follower 1's request is withdrawn, so the meeting fails
 // for everyone: no participant may succeed where another failed. Follower 1
 // fails at its own timeout, the leader at the withdrawal (before its own
-// timeout), follower 2 at once; all within 3 s of their own arrival. The
-// next run of the call meets normally.
+// timeout), follower 2 at once; all within 3 s of their own arrival, and all
+// name participant 2 as the one that had not come. The next run of the call
+// meets normally.
 void CheckStaggeredArrivals() {
   const std::string token = NewToken("staggered");
   const auto t0 = Clock::now() + 300ms;  // CLOCK_MONOTONIC: the same in every child
@@ -482,6 +283,8 @@ void CheckStaggeredArrivals() {
                    std::chrono::duration<double>(start - t0).count(), elapsed,
                    s.message().c_str());
       CHECK(!s.ok());
+      CHECK(Contains(s, "participants [2 (process 2)] of 3 did not reach call 11 in time: "
+                        "participant 1 (process 1) gave up waiting"));
       if (rank == 1) {
         // It fails when its own timeout passes, not when the leader's does.
         CHECK(Contains(s, "waited 1500 ms"));
@@ -501,10 +304,11 @@ void CheckStaggeredArrivals() {
 }
 
 // 9. A process that has the job's name but not its secret ("name:wrong", or a
-// bare "name", whose secret is the name) cannot take part: the leader drops
-// its connection at the hello, so its Meet fails with the leader's channel
-// closed, and the leader, whose real follower never came, times out naming
-// participant 1 (not as disconnected: the impostor never counted as it).
+// bare "name", whose secret is the name) cannot take part: the leader's proof
+// does not check out for it, so its Meet fails at once naming the leader as
+// unproven (it sends nothing), and the leader, whose real follower never
+// came, times out naming participant 1 (not as disconnected: the impostor
+// never counted as it).
 // Each impostor is a process of its own holding rank 1's socket name in
 // turn; the real follower comes once they left it, and a fresh call meets
 // normally.
@@ -524,7 +328,8 @@ void Impostor(const std::string& wrong, const std::string& name) {
                wrong == name ? "with the bare name" : wrong.c_str() + name.size(), elapsed,
                s.message().c_str());
   CHECK(!s.ok());
-  CHECK(Contains(s, "closed its channel"));
+  CHECK(Contains(s, "could not prove that it holds this job's secret"));
+  CHECK(Contains(s, "It got only a greeting (no secret, no data)"));
   CHECK(elapsed < 2.0);
 }
 
@@ -585,6 +390,189 @@ void CheckReopenSameName() {
   }, 10s);
 }
 
+
+// 11. Participant 2 brings another signature (another dtype, same byte
+// count): every participant fails at once with a message naming participant
+// 2 and both signatures, before any work runs; non-printable bytes show as
+// \xNN. The next run, with equal signatures, meets normally; the failed one
+// counts in every process's stats.
+void CheckSignatureMismatch() {
+  const std::string token = NewToken("signature");
+  auto participant = [=](int rank) {
+    return std::function<void()>([=] {
+      CHECK_OK(processes::Open(token, rank));
+      RegisterAll(3, {kCallA});
+      const std::string mine = rank == 2 ? std::string("cpotrs 8x8\x01", 11) : "dpotrs 8x8";
+      bool worked = false;
+      auto work = [&](const std::vector<void*>& payloads) {
+        worked = true;
+        return SumWork(payloads);
+      };
+      const auto start = Clock::now();
+      const Status s = MeetOnce(kCallA, 3, rank, 1, 0, 10s, Status::Ok(), mine, kValues, true,
+                                work);
+      const double elapsed = Seconds(start);
+      std::fprintf(stderr, "signature: rank %d after %.3f s: %s\n", rank, elapsed,
+                   s.message().c_str());
+      CHECK(!s.ok());
+      CHECK(!worked);
+      CHECK(Contains(s, "participant 2 (process 2) brought another call to call 11"));
+      CHECK(Contains(s, "its signature is \"cpotrs 8x8\\x01\""));
+      CHECK(Contains(s, "the leader's (participant 0, process 0) is \"dpotrs 8x8\""));
+      CHECK(elapsed < 3.0);
+      CHECK(processes::GetStats().failed == 1);
+      CHECK_OK(MeetOnce(kCallA, 3, rank, 1, 1, 10s, Status::Ok(), "dpotrs 8x8"));
+      CHECK(processes::GetStats().failed == 1);
+      if (rank == 0) CHECK(processes::GetStats().pending == 0);
+    });
+  };
+  RunChildren("signature mismatch", {participant(0), participant(1), participant(2)}, 20s);
+}
+
+// 12. Requests larger than what travels with the arrival (200,000 values,
+// 1.6 MB) go once the meeting started, with the transport's exact caps and
+// with the channel's defaults; sums stay right over many runs, and nothing
+// stays pending.
+void CheckLargeRequests() {
+  const std::string token = NewToken("large");
+  constexpr int kCount = 200000;
+  auto participant = [=](int rank) {
+    return std::function<void()>([=] {
+      CHECK_OK(processes::Open(token, rank));
+      RegisterAll(3, {kCallA, kCallB});
+      for (int it = 0; it < 20; ++it) {
+        CHECK_OK(MeetOnce(kCallA, 3, rank, 1, it, 10s, Status::Ok(), "", kCount, true));
+        CHECK_OK(MeetOnce(kCallB, 3, rank, 2, it, 10s, Status::Ok(), "", kCount, false));
+      }
+      CHECK(processes::GetStats().pending == 0);
+      CHECK(processes::GetStats().failed == 0);
+    });
+  };
+  RunChildren("large requests", {participant(0), participant(1), participant(2)}, 60s);
+}
+
+// 13. A follower announcing more bytes than the leader's transport can take
+// fails the meeting for both, before the bytes move; the next run meets.
+void CheckRequestOverCap() {
+  const std::string token = NewToken("overcap");
+  RunChildren("request over the cap", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        const Status s = MeetOnce(kCallA, 2, 0, 1, 0, 10s, Status::Ok(), "", 100000);
+        std::fprintf(stderr, "over cap: leader: %s\n", s.message().c_str());
+        CHECK(Contains(s, "participant 1 (process 1) announced a request of 1600000 bytes for "
+                          "call 11, more than the 800000 it can need"));
+        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 1, 10s));
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA});
+        const Status s = MeetOnce(kCallA, 2, 1, 1, 0, 10s, Status::Ok(), "", 200000);
+        CHECK(Contains(s, "announced a request of 1600000 bytes"));
+        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 1, 10s));
+      },
+  }, 20s);
+}
+
+// 14. kill -9 of a participant while the leader works (the work takes 1 s;
+// the kill comes 300 ms into it): with a follower killed, the leader and the
+// other follower fail, naming it, as soon as the work ends; with the leader
+// killed, both followers fail at once. Nobody keeps a result.
+void CheckKilledDuringWork(int victim) {
+  const std::string token = NewToken(victim == 0 ? "killleader" : "killfollower");
+  const char* scenario = victim == 0 ? "leader killed during the work"
+                                     : "follower killed during the work";
+  auto* work_started = Shared<std::atomic<bool>>();
+  auto* checked = Shared<std::atomic<int>>();
+  auto participant = [=](int rank) {
+    return std::function<void()>([=] {
+      CHECK_OK(processes::Open(token, rank));
+      RegisterAll(3, {kCallA});
+      CHECK_OK(MeetOnce(kCallA, 3, rank, 1, 0, 10s));
+      if (rank == victim) {
+        std::thread([=] {
+          while (!work_started->load()) std::this_thread::sleep_for(1ms);
+          std::this_thread::sleep_for(300ms);
+          kill(getpid(), SIGKILL);
+        }).detach();
+      }
+      auto slow = [&](const std::vector<void*>& payloads) {
+        work_started->store(true);
+        std::this_thread::sleep_for(1s);
+        return SumWork(payloads);
+      };
+      const auto start = Clock::now();
+      const Status s = MeetOnce(kCallA, 3, rank, 1, 1, 30s, Status::Ok(), "", kValues, true, slow);
+      const double elapsed = Seconds(start);
+      std::fprintf(stderr, "%s: rank %d after %.3f s: %s\n", scenario, rank, elapsed,
+                   s.message().c_str());
+      CHECK(rank != victim);  // the victim never gets here
+      CHECK(!s.ok());
+      if (victim == 0) {
+        CHECK(Contains(s, "process 0 (the leader of call 11) closed its channel: it was killed"));
+        CHECK(elapsed < 1.0);
+      } else {
+        CHECK(Contains(s, "participant 2 (process 2) left call 11 during the work: it was killed "
+                          "or crashed"));
+        CHECK(elapsed < 2.0);
+      }
+      CHECK(processes::GetStats().lost == (rank == 0 || victim == 0 ? 1 : 0));
+      // Stay until both survivors checked: an exit would count as one more loss.
+      checked->fetch_add(1);
+      while (checked->load() < 2) std::this_thread::sleep_for(1ms);
+    });
+  };
+  // The victim's status is SIGKILL's: run it apart from the verdicts.
+  std::vector<std::function<void()>> bodies;
+  for (int rank = 0; rank < 3; ++rank) {
+    if (rank == victim) {
+      bodies.push_back([=] {
+        const pid_t child = fork();
+        CHECK(child >= 0);
+        if (child == 0) {
+          participant(rank)();
+          _exit(1);
+        }
+        int status = 0;
+        waitpid(child, &status, 0);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+      });
+    } else {
+      bodies.push_back(participant(rank));
+    }
+  }
+  RunChildren(scenario, bodies, 20s);
+}
+
+// 15. A follower that leaves with exit() says goodbye: the leader's next
+// meeting fails at once saying it exited, and counts no lost peer.
+void CheckGoodbye() {
+  const std::string token = NewToken("goodbye");
+  RunChildren("goodbye", {
+      [=] {
+        CHECK_OK(processes::Open(token, 0));
+        RegisterAll(2, {kCallA});
+        CHECK_OK(MeetOnce(kCallA, 2, 0, 1, 0, 10s));
+        const auto start = Clock::now();
+        const Status s = MeetOnce(kCallA, 2, 0, 1, 1, 30s);
+        std::fprintf(stderr, "goodbye: leader: %s\n", s.message().c_str());
+        CHECK(Contains(s, "participants [1 (process 1, disconnected)]"));
+        CHECK(Contains(s, "process 1 closed its channel: it exited"));
+        CHECK(Seconds(start) < 5.0);
+        CHECK(processes::GetStats().lost == 0);
+        CHECK(processes::GetStats().failed == 1);
+      },
+      [=] {
+        CHECK_OK(processes::Open(token, 1));
+        RegisterAll(2, {kCallA});
+        CHECK_OK(MeetOnce(kCallA, 2, 1, 1, 0, 10s));
+        std::fflush(nullptr);
+        std::exit(0);  // runs the channel's goodbye
+      },
+  });
+}
+
 }  // namespace
 
 int main() {
@@ -600,6 +588,12 @@ int main() {
   CheckStaggeredArrivals();
   CheckWrongSecret();
   CheckReopenSameName();
+  CheckSignatureMismatch();
+  CheckLargeRequests();
+  CheckRequestOverCap();
+  CheckKilledDuringWork(2);
+  CheckKilledDuringWork(0);
+  CheckGoodbye();
   std::printf("processes_test: passed\n");
   return 0;
 }

@@ -1,12 +1,14 @@
 """python -m jaxmg.launch: N local processes joined by jax.distributed, output
-prefixed by rank, a failing rank stops the job with its status, and a jaxmg
-call on a mesh with several devices in each of several processes fails with a
-clear message."""
+prefixed by rank, a failing rank stops the job with its status (a rank killed
+by a signal named as such), the ranks die with the launcher (SIGKILL or
+SIGTERM, also when started through a wrapper), and a jaxmg call on a mesh with
+several devices in each of several processes fails with a clear message."""
 
 from __future__ import annotations
 
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
@@ -138,3 +140,101 @@ def test_gpus_must_name_one_gpu_per_rank(tmp_path):
     result = launch(tmp_path, "pass\n", n=3, extra=("--gpus", "0,1"))
     assert result.returncode == 2
     assert "--gpus names 2 GPUs for 3 processes" in result.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def _gone_within(pids, seconds: float) -> bool:
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        if not any(_alive(p) for p in pids):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _env():
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=PATHS, JAX_PLATFORMS="cpu", PYTHONUNBUFFERED="1")
+    return env
+
+
+def _start_sleepers(tmp_path, n: int):
+    """A launcher whose n ranks print their pid and sleep; returns it and the pids."""
+    script = tmp_path / "sleep.py"
+    script.write_text("import os, time\nprint('pid', os.getpid(), flush=True)\ntime.sleep(120)\n")
+    launcher = subprocess.Popen([sys.executable, "-m", "jaxmg.launch", "-n", str(n), str(script)],
+                                env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    pids = []
+    while len(pids) < n:
+        line = launcher.stdout.readline()
+        assert line, launcher.stderr.read()[-2000:]
+        pids.append(int(line.split()[-1]))
+    return launcher, pids
+
+
+def test_ranks_die_with_a_launcher_killed_by_sigkill(tmp_path):
+    launcher, pids = _start_sleepers(tmp_path, 2)
+    launcher.kill()
+    launcher.wait()
+    alive = [p for p in pids if not _gone_within([p], 5.0)]
+    for p in alive:
+        os.kill(p, signal.SIGKILL)
+    assert not alive, f"ranks {alive} outlived their launcher"
+
+
+def test_sigterm_to_the_launcher_stops_its_ranks(tmp_path):
+    launcher, pids = _start_sleepers(tmp_path, 2)
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(timeout=30) == 128 + signal.SIGTERM
+    assert _gone_within(pids, 5.0)
+
+
+def test_a_rank_started_through_a_wrapper_dies_with_the_launcher(tmp_path):
+    # The shell between the launcher and Python gets the kernel's signal; the
+    # Python rank below it is ended by initialize()'s watch on the launcher.
+    job, log, pid_file = tmp_path / "job.py", tmp_path / "rank.log", tmp_path / "pid"
+    job.write_text(textwrap.dedent(f"""
+        import os, time
+        import jaxmg.launch
+        assert jaxmg.launch.initialize()
+        open({str(pid_file)!r}, "w").write(str(os.getpid()))
+        time.sleep(120)
+    """))
+    wrapper = ["/bin/sh", "-c", f"{sys.executable} {job} 2>>{log}; true"]
+    code = f"import sys; from jaxmg import launch; sys.exit(launch.run(1, {wrapper!r}))"
+    launcher = subprocess.Popen([sys.executable, "-c", code], env=_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    until = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < until and launcher.poll() is None
+        time.sleep(0.05)
+    rank = int(pid_file.read_text())
+    launcher.kill()
+    launcher.wait()
+    gone = _gone_within([rank], 5.0)
+    if not gone:
+        os.kill(rank, signal.SIGKILL)
+    assert gone, "the rank outlived its launcher"
+    assert f"jaxmg.launch: the launcher (process {launcher.pid}) is gone; rank 0 stops" in \
+        log.read_text()
+
+
+def test_a_rank_killed_by_a_signal_is_named(tmp_path):
+    start = time.monotonic()
+    result = launch(tmp_path, """
+        import os, signal, time
+        if os.environ["JAXMG_PROCESS_ID"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(120)
+    """)
+    assert result.returncode == 128 + signal.SIGKILL
+    assert "rank 1 was killed by SIGKILL; stopping the other ranks" in result.stderr
+    assert time.monotonic() - start < 60

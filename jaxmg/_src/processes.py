@@ -7,10 +7,20 @@ random "name:secret" token that the first rank to get there publishes
 through jax.distributed's key-value store, so two jobs on one node never
 meet), registers each call site's processes at trace time, and finds the
 CUDA ordinals of devices that belong to other processes.
+
+A process whose cross-process jaxmg call failed, or whose peer died, leaves
+at exit without jax.distributed's shutdown barrier: that barrier waits for
+every process (up to 5 minutes, or until JAX's heartbeat timeout of 100 s
+declares a dead one) although a failed job will never gather there. When
+process 0 leaves, JAX ends every other process at once; a process that
+never calls jaxmg again is ended by `python -m jaxmg.launch`, or, outside
+it, by JAX once `heartbeat_timeout_seconds` (an argument of
+jax.distributed.initialize) passes.
 """
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import itertools
@@ -18,6 +28,7 @@ import json
 import os
 import secrets
 import socket
+import sys
 
 import jax
 import numpy as np
@@ -60,9 +71,71 @@ def open_channel() -> str:
     client.key_value_set(_PROCESS_KEY.format(me), json.dumps(mine), allow_overwrite=True)
     lib = library.library()
     error = ctypes.create_string_buffer(4096)
+    _leave_failed_jobs_at_once()
     if lib.jaxmg_processes_open(token.encode(), me, error, len(error)):
         raise RuntimeError(error.value.decode())
     return token.split(":")[0]
+
+
+_uncaught_failure: str | None = None  # an uncaught jaxmg error, in its own words
+
+
+def _is_jaxmg_error(error: BaseException | None) -> bool:
+    while error is not None:
+        if "jaxmg:" in str(error):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+@functools.cache
+def _leave_failed_jobs_at_once() -> None:
+    """Makes this process skip jax.distributed's shutdown barrier at exit
+    when the job has failed (see the module's docstring)."""
+    previous = sys.excepthook
+
+    def note_uncaught(kind, value, traceback):
+        global _uncaught_failure
+        if _is_jaxmg_error(value):
+            _uncaught_failure = str(value).splitlines()[0][:300]
+        previous(kind, value, traceback)
+
+    sys.excepthook = note_uncaught
+    # Registered after jax's own exit handler, so it runs before it.
+    atexit.register(_skip_shutdown_barrier_if_failed)
+
+
+def _failure_at_exit() -> str | None:
+    if _uncaught_failure is not None:
+        return f"an uncaught error: {_uncaught_failure}"
+    counts = stats()
+    if counts.get("failed", 0) > 0:
+        return f"{counts['failed']} jaxmg call(s) across processes failed here"
+    if counts.get("lost", 0) > 0:
+        return f"{counts['lost']} process(es) of the job were killed or crashed"
+    return None
+
+
+def _skip_shutdown_barrier_if_failed() -> None:
+    why = _failure_at_exit()
+    if why is None:
+        return
+    from jax._src import distributed
+
+    state = distributed.global_state
+    held = [state.preemption_sync_manager, state.client, state.service]
+    if not any(held):
+        return
+    # Dropping the last reference would run the client's destructor, which
+    # waits at the same barrier: the objects are kept alive until the process
+    # ends instead.
+    for obj in held:
+        if obj is not None:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+    state.preemption_sync_manager = state.client = state.service = None
+    sys.stderr.write(f"jaxmg: process {jax.process_index()} leaves without waiting for the "
+                     f"others at exit (jax.distributed's shutdown barrier) after {why}\n")
+    sys.stderr.flush()
 
 
 def check_one_device_per_process(devices) -> list[int]:
@@ -151,8 +224,13 @@ def next_call_id() -> int:
     return next(_CALL_IDS)
 
 
+_STATS = ("connections", "pending", "calls", "failed", "lost")
+
+
 def stats() -> dict[str, int]:
-    """Open channel sockets, requests waiting for a meeting, registered calls."""
-    out = np.zeros(3, dtype=np.int64)
+    """Open channel sockets, requests waiting for a meeting, registered calls,
+    and, where the library reports them, meetings that failed here and peers
+    whose channel closed without a goodbye (killed, crashed)."""
+    out = np.full(len(_STATS), -1, dtype=np.int64)
     library.library().jaxmg_processes_stats(out.ctypes.data)
-    return {"connections": int(out[0]), "pending": int(out[1]), "calls": int(out[2])}
+    return {name: int(v) for name, v in zip(_STATS, out) if v >= 0}
