@@ -1,11 +1,20 @@
 """jaxmg: distributed dense linear algebra for JAX across several devices."""
 
-from jaxmg._src.cholesky import CholeskyFactor, cho_factor, cho_logdet, cho_solve, potri, potrs
+from jaxmg._src.cholesky import (
+    CholeskyFactor,
+    cho_factor,
+    cho_logdet,
+    cho_solve,
+    cholesky,
+    potri,
+    potrs,
+)
 from jaxmg._src.eigh import EighResult, eigh, eigvalsh, syevd
 from jaxmg._src.failures import LinAlgError
 from jaxmg._src.least_squares import lstsq, qr
-from jaxmg._src.linalg import SlogdetResult, inv, slogdet, solve
-from jaxmg._src.lu import LUFactor, lu_factor, lu_solve
+from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
+from jaxmg._src.triangular import solve_triangular
+from jaxmg._src.lu import LUFactor, lu, lu_factor, lu_solve
 from jaxmg._src.polar import polar, svd
 
 __version__ = "0.2.0"
@@ -18,11 +27,14 @@ __all__ = [
     "cho_factor",
     "cho_logdet",
     "cho_solve",
+    "cholesky",
+    "det",
     "eigh",
     "eigvalsh",
     "inv",
-    "lu_factor",
     "lstsq",
+    "lu",
+    "lu_factor",
     "lu_solve",
     "polar",
     "potri",
@@ -30,6 +42,7 @@ __all__ = [
     "qr",
     "slogdet",
     "solve",
+    "solve_triangular",
     "svd",
     "syevd",
 ]

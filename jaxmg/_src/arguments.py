@@ -36,9 +36,10 @@ def check_dtype(a, name: str = "a") -> np.dtype:
 
 def check_same_dtype(b, dtype, name: str = "b", other: str = "a") -> None:
     if jnp.dtype(b.dtype) != jnp.dtype(dtype):
+        cast = f"{other}.dtype" if other.isidentifier() else f"jnp.{jnp.dtype(dtype).name}"
         raise TypeError(
             f"jaxmg: {name} has dtype {jnp.dtype(b.dtype).name} but {other} has "
-            f"{jnp.dtype(dtype).name}; cast with {name}.astype({other}.dtype)"
+            f"{jnp.dtype(dtype).name}; cast with {name}.astype({cast})"
         )
 
 

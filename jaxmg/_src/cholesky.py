@@ -16,7 +16,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, dispatch, failures, operators, plans, sharding
+from jaxmg._src import (
+    arguments,
+    batching,
+    dispatch,
+    failures,
+    operators,
+    plans,
+    sharding,
+    triangular,
+)
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement
 
@@ -24,7 +33,7 @@ from jaxmg._src.placement import check_square, eager_key, resolve_placement
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=("factor", "a", "info"),
-    meta_fields=("layout",),
+    meta_fields=("layout", "lower"),
 )
 @dataclasses.dataclass(frozen=True)
 class CholeskyFactor:
@@ -34,12 +43,26 @@ class CholeskyFactor:
     rows sharded) or, for the "jax" engine, JAX's own upper factor. a: the
     matrix itself, kept for derivatives (None when it was donated). info: 0,
     or the order of the first leading minor that is not positive definite.
+
+    It unpacks as jax.scipy's ``(c, lower)``: c is the (N, N) triangular
+    factor, rows sharded (``lower``: L with A = L L^H, else U with A = U^H U),
+    so ``c, lower = jaxmg.cho_factor(a)`` and jax.scipy.linalg.cho_solve work.
     """
 
     factor: jax.Array
     a: jax.Array | None
     info: jax.Array
     layout: Layout
+    lower: bool = False
+
+    def __iter__(self):
+        if self.a is None:  # donated: no derivatives
+            convert = triangular_factor
+        else:
+            convert = lambda f: _jax_form(f.layout, f.lower, f.a, f.factor, f.info)  # noqa: E731
+        for _ in range(self.factor.ndim - 2):  # a factor made under vmap, unpacked outside
+            convert = jax.vmap(convert)
+        return iter((convert(self), self.lower))
 
 
 # --------------------------------------------------------------------------
@@ -112,32 +135,101 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
     return plans.keep(key, plan)(a, b)
 
 
-def cho_factor(a, *, tile_size=None, mesh=None, spec=None, backend="auto", donate=False,
+def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None,
+               mesh=None, spec=None, backend="auto", donate=False,
                on_failure="nan") -> CholeskyFactor:
     """Cholesky factor of a symmetric/Hermitian positive-definite matrix, kept
     sharded in the engine's layout for :func:`cho_solve` and :func:`cho_logdet`.
 
-    a: (N, N), rows sharded ``P(axis, None)``; only one triangle is read.
+    a: (N, N), rows sharded ``P(axis, None)``; the triangle that `lower`
+    names is read (the upper one by default, as jax.scipy.linalg).
+    lower: which factor unpacking the result gives (see CholeskyFactor).
+    overwrite_a, check_finite: accepted for compatibility; ignored (donate=
+    is jaxmg's way to give up a's buffer).
     donate: reuse a's buffer for the factor (a is deleted; no derivatives
     with respect to a then). Other arguments as for :func:`jaxmg.potrs`.
     """
+    del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
+    lower = arguments.check_flag(lower, "lower")
     donate = arguments.check_flag(donate, "donate")
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
-    f = factorise(a, layout, donate=donate)
+    f = factorise(upper_read(a, lower, layout), layout, donate=donate)
     failures.report(f.info, on_failure, failures.NOT_SPD)
-    return f
+    return dataclasses.replace(f, lower=lower) if lower else f
 
 
-def cho_solve(c_and_a: CholeskyFactor, b):
-    """Solves A X = B with the factor from :func:`cho_factor`. b: (N,) or (N, K),
-    replicated or row-sharded like A; X comes back in b's layout. Derivatives
-    flow to b and (through the factor) to A."""
-    f = c_and_a
-    if not isinstance(f, CholeskyFactor):
-        raise TypeError("jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns")
-    b = operators.as_rhs(b, f.layout.n)
-    return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement))
+def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
+    """Solves A X = B with a Cholesky factor, like jax.scipy.linalg.cho_solve.
+
+    c_and_lower: the CholeskyFactor from :func:`cho_factor` (the factor stays
+    in the engine's layout), or a ``(c, lower)`` pair of a triangular factor
+    and whether it is lower, as jax.scipy.linalg.cho_factor returns (solved
+    by two distributed triangular solves).
+    b: (N,) or (N, K), replicated or row-sharded like A; X comes back in b's
+    layout. Derivatives flow to b and (through the factor) to A.
+    """
+    del overwrite_b, check_finite
+    f = c_and_lower
+    if isinstance(f, CholeskyFactor):
+        b = operators.as_rhs(b, f.layout.n)
+        arguments.check_same_dtype(b, f.factor.dtype, other="the factor")
+        return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement))
+    if not isinstance(f, (tuple, list)) or len(f) != 2:
+        raise TypeError(
+            "jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns, or a pair "
+            f"(c, lower) as jax.scipy.linalg.cho_factor returns; got {type(f).__name__}"
+        )
+    c, lower = f
+    c = arguments.as_array(c, "c")
+    lower = arguments.check_flag(lower, "lower")
+    b = arguments.as_array(b, "b")
+    if c.ndim > 2 or b.ndim > 2:
+        fn = lambda c, b: cho_solve((c, lower), b)  # noqa: E731
+        return batching.broadcast_map(fn, (c, b), (2, 1 if b.ndim == c.ndim - 1 else 2))
+    arguments.check_rank2(c, "c")
+    b = operators.as_rhs(b, c.shape[0])
+    arguments.check_same_dtype(b, c.dtype, other="c")
+    placement = resolve_placement(c, None, None, "c")
+    # A = L L^H: L y = b, then L^H x = y (U^H U likewise, the other way round).
+    first, second = (0, 2) if lower else (2, 0)
+    y = triangular.triangular_solve(c, b, placement, lower=lower, trans=first,
+                                    unit_diagonal=False)
+    return triangular.triangular_solve(c, y, placement, lower=lower, trans=second,
+                                       unit_diagonal=False)
+
+
+def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None,
+             spec=None, backend="auto"):
+    """The Cholesky factor of a symmetric/Hermitian positive-definite matrix,
+    like jax.scipy.linalg.cholesky: U with a = U^H U (``lower=False``), or L
+    with a = L L^H, zeros in the other triangle, rows sharded like a; NaN
+    where a is not positive definite. Differentiable; a may have leading
+    batch dimensions."""
+    del overwrite_a, check_finite
+    lower = arguments.check_flag(lower, "lower")
+    a = arguments.as_array(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(cholesky, lower=lower, tile_size=tile_size, mesh=mesh, spec=spec,
+                               backend=backend)
+        return batching.broadcast_map(fn, (a,), (2,))
+    layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cholesky")
+    return _cholesky_matrix(upper_read(a, lower, layout), layout=layout, lower=lower)
+
+
+def upper_read(a, lower: bool, layout: Layout):
+    """The matrix whose upper triangle (the one the engines read) is a's
+    `lower` triangle: a itself, or a^H for the lower one."""
+    if not lower or layout.n == 0:
+        return a
+    return sharding.constrain_result(jnp.conj(a).T, layout.placement, layout.row_spec)
+
+
+def triangular_factor(f: CholeskyFactor):
+    """The factor as jax.scipy's c: U (or L when f.lower), (N, N), rows sharded."""
+    u = _upper(f.factor, f.info, layout=f.layout)
+    return sharding.constrain_result(jnp.conj(u).T, f.layout.placement,
+                                     f.layout.row_spec) if f.lower else u
 
 
 def cho_logdet(c_and_a: CholeskyFactor):
@@ -222,7 +314,8 @@ def _no_grad(a):
 
 
 def _cholesky_impl(a, *, layout: Layout):
-    return layout.engine.cholesky(a, layout)
+    factor, info = layout.engine.cholesky(a, layout)
+    return factor, failures.with_finite_check(a, info, layout.n)
 
 
 _cholesky = jax.jit(_cholesky_impl, static_argnames=("layout",))
@@ -255,8 +348,16 @@ def cholesky_logdet(factor, info, *, layout: Layout):
     return layout.engine.cholesky_logdet(factor, info, layout)
 
 
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _upper(factor, info, *, layout: Layout):
+    return layout.engine.cholesky_upper(factor, info, layout)
+
+
 def _potrs_impl(a, b, *, layout: Layout, b_sharded: bool):
-    return layout.engine.potrs(a, b, layout, b_sharded)
+    info_finite = failures.with_finite_check(a, jnp.int32(0), layout.n)
+    x, info, factor = layout.engine.potrs(a, b, layout, b_sharded)
+    info = jnp.where(info == 0, info_finite, info)
+    return failures.nan_where_failed(x, info), info, factor
 
 
 # The one-call factor-and-solve serves donated calls (no derivatives); other
@@ -265,7 +366,9 @@ _potrs_donating = jax.jit(_potrs_impl, static_argnames=("layout", "b_sharded"), 
 
 
 def _potri_impl(a, *, layout: Layout):
-    return layout.engine.potri(a, layout)
+    inv, info = layout.engine.potri(a, layout)
+    info = failures.with_finite_check(a, info, layout.n)
+    return failures.nan_where_failed(inv, info), info
 
 
 _potri = jax.jit(_potri_impl, static_argnames=("layout",))
@@ -337,6 +440,57 @@ def _spd_inverse_jvp(layout, primals, tangents):
     rows = P(placement.axis, None)
     dy = -sharding.matmul(sharding.matmul(y, da, placement, rows), y, placement, rows)
     return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _cholesky_factor(layout, lower, a):
+    f = factorise(a, layout)
+    return triangular_factor(dataclasses.replace(f, lower=lower))
+
+
+@_cholesky_factor.defjvp
+def _cholesky_factor_jvp(layout, lower, primals, tangents):
+    (a,), (da,) = primals, tangents
+    c = _cholesky_factor(layout, lower, a)
+    return c, _cholesky_tangent(c, da, layout, lower)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _jax_form(layout, lower, a, factor, info):
+    """jax.scipy's c from the engine's factor of a, differentiable in a."""
+    return triangular_factor(CholeskyFactor(factor, a, info, layout, lower))
+
+
+@_jax_form.defjvp
+def _jax_form_jvp(layout, lower, primals, tangents):
+    a, factor, info = primals
+    c = _jax_form(layout, lower, a, factor, info)
+    return c, _cholesky_tangent(c, tangents[0], layout, lower)
+
+
+def _cholesky_tangent(c, da, layout, lower):
+    """dc for the factor c (L, or U = L^H) of A = L L^H moved by dA:
+    dL = L phi(L^-1 dA L^-H), phi taking the lower triangle with half its
+    diagonal."""
+    l_ = c if lower else jnp.conj(c).T
+    placement = layout.placement
+    # As jax.scipy.linalg.cholesky differentiates (which matters only for a
+    # tangent that is not Hermitian): the factor of M = L L^H moves with dM^H.
+    da = sharding.constrain_result(jnp.conj(da).T, placement, layout.row_spec)
+    y = triangular.triangular_solve(l_, da, placement, lower=True, trans=0, unit_diagonal=False)
+    x = triangular.triangular_solve(l_, jnp.conj(y).T, placement, lower=True, trans=0,
+                                    unit_diagonal=False)
+    x = jnp.conj(x).T
+    phi = jnp.tril(x) - jnp.diag(jnp.diagonal(x)) / 2 if c.shape[0] else x
+    dl = sharding.matmul(l_, phi, placement, layout.row_spec)
+    return dl if lower else sharding.constrain_result(jnp.conj(dl).T, placement, layout.row_spec)
+
+
+def _cholesky_matrix_impl(a, *, layout, lower):
+    return _cholesky_factor(layout, lower, a)
+
+
+_cholesky_matrix = jax.jit(_cholesky_matrix_impl, static_argnames=("layout", "lower"))
 
 
 def _spd_inverse_result(a, *, layout, with_info):

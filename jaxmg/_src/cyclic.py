@@ -105,8 +105,18 @@ def _tables(r: int, c: int, tiles_in: int):
     return send.reshape(n_dev, r * cap), gather, scatter, back, cap
 
 
-def _check(shape, t: int, placement: Placement) -> tuple[int, int]:
+def _grid_axes(placement: Placement, one_dimensional: bool):
+    """(R, C, the axes of the grid's rows, those of its columns). One
+    dimensional: every device in one grid column, as jaxmg's own engine deals
+    row tiles (R = all the devices, C = 1)."""
+    if one_dimensional:
+        return placement.n_devices, 1, placement.axes, ()
     r, c = grid(placement)
+    return r, c, placement.axes[:1], placement.axes[1:]
+
+
+def _check(shape, t: int, placement: Placement, one_dimensional=False) -> tuple[int, int]:
+    r, c, _, _ = _grid_axes(placement, one_dimensional)
     rows, cols = shape
     if rows % (t * r * c) or cols % (t * c):
         raise ValueError(
@@ -116,70 +126,74 @@ def _check(shape, t: int, placement: Placement) -> tuple[int, int]:
     return r, c
 
 
-def _global_shape(x, placement: Placement, cyclic_in: bool):
+def _global_shape(x, placement: Placement, cyclic_in: bool, one_dimensional=False):
     """x's global shape; inside shard_map x is a device's block."""
     if not placement.manual:
         return x.shape
-    r, c = grid(placement)
+    r, c, _, _ = _grid_axes(placement, one_dimensional)
     return (x.shape[0] * r, x.shape[1] * c) if cyclic_in else (x.shape[0] * r * c, x.shape[1])
 
 
-def to_cyclic(m, placement: Placement, t: int):
+def to_cyclic(m, placement: Placement, t: int, one_dimensional: bool = False):
     """M (rows sharded over all devices) -> the cyclic layout, sharded
-    cyclic_spec (inside shard_map: a device's row block -> its cyclic block)."""
-    rows, cols = _global_shape(m, placement, False)
-    r, c = _check((rows, cols), t, placement)
+    cyclic_spec (inside shard_map: a device's row block -> its cyclic block).
+    one_dimensional: the row tiles dealt over all devices, the columns left
+    whole (jaxmg's own engine's layout)."""
+    rows, cols = _global_shape(m, placement, False, one_dimensional)
+    r, c = _check((rows, cols), t, placement, one_dimensional)
     if r * c == 1:
         return m
     axes = placement.axes
-    col_axes = axes[1:]
+    _, _, row_axes, col_axes = _grid_axes(placement, one_dimensional)
     send, gather, _, _, cap = _tables(r, c, rows // (t * r * c))
 
     def body(x):
         s = jax.lax.axis_index(axes)
         tiles = x.reshape(-1, t, cols)
         out = jnp.take(tiles, jnp.asarray(send)[s], axis=0, mode="fill", fill_value=0)
-        out = jax.lax.all_to_all(out.reshape(r, cap, t, cols), axes[0], 0, 0, tiled=True)
+        out = jax.lax.all_to_all(out.reshape(r, cap, t, cols), row_axes, 0, 0, tiled=True)
         if c > 1:
             # Column tile J goes to mesh column J mod c, its columns kept in order.
             out = out.reshape(r * cap * t, cols // (t * c), c, t).transpose(2, 0, 1, 3)
             out = jax.lax.all_to_all(out, col_axes, 0, 0, tiled=True)
         out = out.reshape(c * r * cap, t, cols // c)
-        i = jax.lax.axis_index(axes[0])
+        i = jax.lax.axis_index(row_axes)
         return jnp.take(out, jnp.asarray(gather)[i], axis=0).reshape(-1, cols // c)
 
     if placement.manual:
         return body(m)
+    out_spec = P(placement.axis, None) if one_dimensional else cyclic_spec(placement)
     return jax.shard_map(body, mesh=placement.mesh, in_specs=P(placement.axis, None),
-                         out_specs=cyclic_spec(placement), check_vma=False)(m)
+                         out_specs=out_spec, check_vma=False)(m)
 
 
-def from_cyclic(x, placement: Placement, t: int):
+def from_cyclic(x, placement: Placement, t: int, one_dimensional: bool = False):
     """The inverse of to_cyclic: back to rows sharded over all devices."""
-    rows, cols = _global_shape(x, placement, True)
-    r, c = _check((rows, cols), t, placement)
+    rows, cols = _global_shape(x, placement, True, one_dimensional)
+    r, c = _check((rows, cols), t, placement, one_dimensional)
     if r * c == 1:
         return x
     axes = placement.axes
-    col_axes = axes[1:]
+    _, _, row_axes, col_axes = _grid_axes(placement, one_dimensional)
     _, _, scatter, back, cap = _tables(r, c, rows // (t * r * c))
 
     def body(blk):
-        i = jax.lax.axis_index(axes[0])
+        i = jax.lax.axis_index(row_axes)
         tiles = blk.reshape(-1, t, cols // c)
         out = jnp.take(tiles, jnp.asarray(scatter)[i], axis=0, mode="fill", fill_value=0)
         if c > 1:
             out = out.reshape(c, r * cap * t, cols // c)
             out = jax.lax.all_to_all(out, col_axes, 0, 0, tiled=True)
             out = out.reshape(c, r * cap * t, cols // (t * c), t).transpose(1, 2, 0, 3)
-        out = jax.lax.all_to_all(out.reshape(r, cap, t, cols), axes[0], 0, 0, tiled=True)
+        out = jax.lax.all_to_all(out.reshape(r, cap, t, cols), row_axes, 0, 0, tiled=True)
         s = jax.lax.axis_index(axes)
         out = jnp.take(out.reshape(r * cap, t, cols), jnp.asarray(back)[s], axis=0)
         return out.reshape(-1, cols)
 
     if placement.manual:
         return body(x)
-    return jax.shard_map(body, mesh=placement.mesh, in_specs=cyclic_spec(placement),
+    in_spec = P(placement.axis, None) if one_dimensional else cyclic_spec(placement)
+    return jax.shard_map(body, mesh=placement.mesh, in_specs=in_spec,
                          out_specs=P(placement.axis, None), check_vma=False)(x)
 
 

@@ -40,6 +40,16 @@ def choose(routine: str, n: int, placement: Placement, backend: str) -> base.Eng
     cuSOLVERMp."""
     if backend not in BACKENDS:
         raise ValueError(f"jaxmg: backend must be one of {BACKENDS}, got {backend!r}")
+    if not placement.placed:
+        if backend not in ("auto", "jax"):
+            raise ValueError(
+                f"jaxmg: backend={backend!r} needs to know the devices: under jit, pass mesh= "
+                "and spec=, call under `with jax.set_mesh(mesh):`, or give the array an "
+                "explicit sharding"
+            )
+        return native.ENGINE
+    if n == 0:
+        return native.ENGINE  # nothing to distribute; JAX's solvers take empty matrices
     if backend == "mp":
         if routine not in MP_ROUTINES:
             raise ValueError(
@@ -55,6 +65,15 @@ def choose(routine: str, n: int, placement: Placement, backend: str) -> base.Eng
             )
         return mg.ENGINE
     platform = platform_of(placement)
+    if platform == "cuda" and concrete_mesh(placement) is None:
+        # Traced on explicit axes with no mesh in context: the GPUs' numbers,
+        # which the libraries need, are not known.
+        if backend not in ("auto", "jax"):
+            raise ValueError(
+                f"jaxmg: backend={backend!r} needs the mesh's GPUs: under jit, call under "
+                "`with jax.set_mesh(mesh):` or pass mesh="
+            )
+        return native.ENGINE
     if platform == "cuda" and routine == "potri" and placement.n_devices > 1:
         # cusolverMgPotri (cuSOLVER 12.0.4, H200) returns wrong inverses across
         # two distinct GPUs from N~4096 on (JAXMg 0.0.8 fails the same check);
@@ -83,6 +102,13 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
     GPUs, JAX's solvers on the whole matrix otherwise."""
     if backend not in RECTANGULAR_BACKENDS:
         raise ValueError(f"jaxmg: {what} takes backend in {RECTANGULAR_BACKENDS}, got {backend!r}")
+    if not placement.placed:
+        if backend == "mp":
+            raise ValueError(
+                "jaxmg: backend='mp' needs to know the devices: under jit, pass mesh= and spec=, "
+                "or call under `with jax.set_mesh(mesh):`"
+            )
+        return native.ENGINE
     if backend == "auto":
         on_gpus = platform_of(placement) == "cuda" and not placement.manual
         backend = "mp" if on_gpus and placement.n_devices > 1 else "jax"

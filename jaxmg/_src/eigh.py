@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, dispatch, failures, plans, sharding
+from jaxmg._src import arguments, batching, dispatch, failures, plans, sharding
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement
 
@@ -73,29 +73,71 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
     return out[0] if len(out) == 1 else out
 
 
-def eigh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
-    """(eigenvalues ascending, eigenvectors as columns) like
-    ``jnp.linalg.eigh``; the vectors are column-sharded, ``P(None, axis)``."""
-    return EighResult(*_plan(a, True, tile_size, mesh, spec, backend, on_failure)(a))
+UPLOS = (None, "L", "U")
 
 
-def eigvalsh(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
+         tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+    """(eigenvalues ascending, eigenvectors as columns) like ``jnp.linalg.eigh``;
+    the vectors are column-sharded, ``P(None, axis)``.
+
+    UPLO: the triangle read when not symmetrizing, "L" or "U" (None: as
+    `lower` says, the lower one by default). symmetrize_input: use
+    (a + a^H) / 2 (as JAX does by default), so both triangles count.
+    lower, eigvals_only: jax.scipy.linalg.eigh's names (eigvals_only: the
+    eigenvalues alone). a may have leading batch dimensions.
+    """
+    lower = arguments.check_flag(lower, "lower")
+    if arguments.check_flag(eigvals_only, "eigvals_only"):
+        return eigvalsh(a, UPLO if UPLO is not None else ("L" if lower else "U"),
+                        symmetrize_input=symmetrize_input, tile_size=tile_size, mesh=mesh,
+                        spec=spec, backend=backend, on_failure=on_failure)
+    uplo = UPLO if UPLO is not None else ("L" if lower else "U")
+    return EighResult(*_eigen(a, True, uplo, symmetrize_input, tile_size, mesh, spec, backend,
+                              on_failure))
+
+
+def eigvalsh(a, UPLO="L", *, symmetrize_input=True, tile_size=None, mesh=None, spec=None,
+             backend="auto", on_failure="nan"):
     """Eigenvalues in ascending order, like ``jnp.linalg.eigvalsh`` (the
-    eigenvectors are computed only when differentiating)."""
-    return _plan(a, False, tile_size, mesh, spec, backend, on_failure)(a)
+    eigenvectors are computed only when differentiating). UPLO and
+    symmetrize_input as for :func:`eigh`."""
+    return _eigen(a, False, UPLO, symmetrize_input, tile_size, mesh, spec, backend, on_failure)
 
 
-def _plan(a, vectors: bool, tile_size, mesh, spec, backend, on_failure):
+def _eigen(a, vectors, uplo, symmetrize_input, tile_size, mesh, spec, backend, on_failure):
+    if uplo not in UPLOS:
+        raise ValueError(f"jaxmg: UPLO must be 'L' or 'U', got {uplo!r}")
+    symmetrize_input = arguments.check_flag(symmetrize_input, "symmetrize_input")
+    a = arguments.as_array(a, "a")
+    if batching.batched(a):
+        fn = lambda x: _eigen(x, vectors, uplo, symmetrize_input, tile_size, mesh, spec,  # noqa: E731
+                              backend, on_failure)
+        return batching.broadcast_map(fn, (a,), (2,))
+    read = "both" if symmetrize_input else ("U" if uplo == "U" else "L")
+    return _plan(a, vectors, read, tile_size, mesh, spec, backend, on_failure)(a)
+
+
+def _plan(a, vectors: bool, read: str, tile_size, mesh, spec, backend, on_failure):
     failures.check_on_failure(on_failure)
     tile = arguments.check_tile(tile_size)
-    key = eager_key((a,), "eigh", vectors, tile, mesh, spec, backend, on_failure)
+    key = eager_key((a,), "eigh", vectors, read, tile, mesh, spec, backend, on_failure)
 
     def make():
         layout = dispatch.matrix_layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
-        program = functools.partial(syevd_program, layout=layout, vectors=vectors, with_info=True)
+        program = functools.partial(eigen_program, layout=layout, vectors=vectors, read=read)
         return failures.reporting(program, on_failure, failures.NO_CONVERGENCE)
 
     return plans.find_or_make(key, make)
+
+
+def _read(a, layout: Layout, read: str):
+    """The matrix whose upper triangle (the one the engines read) holds what
+    `read` asks for: a's upper triangle, its lower one, or (a + a^H) / 2."""
+    if read == "U" or layout.n == 0:
+        return a
+    adjoint = sharding.constrain_result(jnp.conj(a).T, layout.placement, layout.row_spec)
+    return adjoint if read == "L" else (a + adjoint) / 2
 
 
 # --------------------------------------------------------------------------
@@ -104,7 +146,10 @@ def _plan(a, vectors: bool, tile_size, mesh, spec, backend, on_failure):
 
 
 def _syevd_impl(a, *, layout: Layout, vectors: bool):
-    return layout.engine.syevd(a, layout, vectors)
+    w, v, info = layout.engine.syevd(a, layout, vectors)
+    info = failures.with_finite_check(a, info, layout.n)
+    v = failures.nan_where_failed(v, info) if vectors else v
+    return failures.nan_where_failed(w, info), v, info
 
 
 run = jax.jit(_syevd_impl, static_argnames=("layout", "vectors"))
@@ -170,8 +215,13 @@ def _syevd_result(a, *, layout, vectors, with_info):
     return out[0] if len(out) == 1 else out
 
 
+def _eigen_result(a, *, layout, vectors, read):
+    return _syevd_result(_read(a, layout, read), layout=layout, vectors=vectors, with_info=True)
+
+
 # --------------------------------------------------------------------------
 # Programs
 # --------------------------------------------------------------------------
 
 syevd_program = jax.jit(_syevd_result, static_argnames=("layout", "vectors", "with_info"))
+eigen_program = jax.jit(_eigen_result, static_argnames=("layout", "vectors", "read"))

@@ -6,16 +6,27 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 from jax.experimental import checkify
 
 ON_FAILURE = ("nan", "raise", "checkify")
-NOT_SPD = "jaxmg: the matrix is not positive definite"
-SINGULAR = "jaxmg: the matrix is singular"
-NO_CONVERGENCE = "jaxmg: the eigensolver did not converge"
+NOT_SPD = "jaxmg: the matrix is not positive definite (or has NaN/Inf entries: info = N + 1)"
+SINGULAR = "jaxmg: the matrix is singular (or has NaN/Inf entries: info = N + 1)"
+NO_CONVERGENCE = "jaxmg: the eigensolver did not converge (or the matrix has NaN/Inf entries)"
 
 
 class LinAlgError(ArithmeticError):
     """A factorisation failed (matrix not positive definite, or singular)."""
+
+
+def with_finite_check(a, info, n: int):
+    """info, or N + 1 where a has a NaN or Inf entry that the factorisation
+    let through (LAPACK can return info 0 and a non-finite factor)."""
+    return jnp.where((info == 0) & ~jnp.all(jnp.isfinite(a)), jnp.int32(n + 1), info)
+
+
+def nan_where_failed(x, info):
+    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
 
 
 def check_on_failure(on_failure):

@@ -1,10 +1,16 @@
-"""Least squares and reduced QR of tall matrices: cuSOLVERMp's geqrf and
-orgqr (backend "mp"; least squares as R^-1 Q^H B), or JAX's own solvers on
-the whole matrix."""
+"""Least squares and QR of rectangular matrices, like ``jnp.linalg.lstsq``
+and ``jnp.linalg.qr``: cuSOLVERMp's geqrf and orgqr over the GPUs (backend
+"mp"), or JAX's own solvers on the whole matrix ("jax").
+
+On the mp engine, least squares runs through the QR of A (tall) or of A^H
+(wide) and the SVD of its small triangular factor R, which is replicated:
+that gives the rank, the singular values and the pseudo-inverse solution
+that jnp.linalg.lstsq returns."""
 
 from __future__ import annotations
 
 import functools
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -16,34 +22,41 @@ from jaxmg._src.engines import mp, native
 from jaxmg._src.placement import resolve_placement
 from jaxmg._src.sharding import adjoint, matmul_highest
 
+QR_MODES = ("reduced", "complete", "r")
 
-def _tall(a, name="a"):
+
+class QRResult(typing.NamedTuple):
+    Q: jax.Array
+    R: jax.Array
+
+
+def _matrix(a, name="a"):
+    a = arguments.as_array(a, name)
     arguments.check_rank2(a, name)
-    dtype = arguments.check_dtype(a, name)
-    m, n = a.shape
-    if m < n:
-        raise ValueError(
-            f"jaxmg: {name} must have at least as many rows as columns (M >= N), got {m} x {n}; "
-            f"for a wide matrix use the transpose"
-        )
-    return dtype
+    return a, arguments.check_dtype(a, name)
 
 
-def lstsq(a, b, *, mesh=None, spec=None, backend="auto", return_info=False):
-    """Least-squares solution of ``a @ x ~ b`` (QR based; a must have full rank).
+def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend="auto",
+          return_info=False):
+    """Least-squares solution of ``a @ x ~ b``, like ``jnp.linalg.lstsq``.
 
     Args:
-      a: (M, N) matrix with M >= N, rows sharded over one mesh axis, ``P(axis, None)``.
+      a: (M, N) matrix (tall or wide), rows sharded over one mesh axis, ``P(axis, None)``.
       b: (M,) or (M, K) right-hand sides with a's dtype.
+      rcond: singular values below rcond * the largest count as zero (None:
+        eps * max(M, N), as JAX; negative: eps).
+      numpy_resid: residuals as NumPy gives them (empty unless a has full
+        column rank and M > N); else always the squared residual norms.
       mesh, spec: as for :func:`jaxmg.potrs`.
-      backend: "mp" (cuSOLVERMp's QR over the GPUs, then R^-1 Q^H b), "jax" (``jnp.linalg.lstsq`` on
-        the whole matrix) or "auto": "mp" on a mesh of several GPUs, else "jax".
-      return_info: also return info (0 on success).
+      backend: "mp" (cuSOLVERMp's QR over the GPUs), "jax" (``jnp.linalg.lstsq``
+        on the whole matrix) or "auto": "mp" on a mesh of several GPUs, else "jax".
+      return_info: also return info (0 on success) after the four results.
 
     Returns:
-      x with shape (N,) or (N, K), replicated; and info if ``return_info``.
+      (x, residuals, rank, s) as jnp.linalg.lstsq: x (N,) or (N, K), replicated.
     """
-    dtype = _tall(a)
+    a, dtype = _matrix(a)
+    numpy_resid = arguments.check_flag(numpy_resid, "numpy_resid")
     return_info = arguments.check_flag(return_info, "return_info")
     placement = resolve_placement(a, mesh, spec, "a")
     b = arguments.as_array(b, "b")
@@ -54,64 +67,156 @@ def lstsq(a, b, *, mesh=None, spec=None, backend="auto", return_info=False):
         )
     arguments.check_same_dtype(b, dtype)
     engine = dispatch.choose_rectangular(placement, backend, "lstsq")
-    x, info = _lstsq(a, b[:, None] if b.ndim == 1 else b, placement=placement, engine=engine)
-    x = x[:, 0] if b.ndim == 1 else x
-    return (x, info) if return_info else x
-
-
-@functools.partial(jax.jit, static_argnames=("placement", "engine"))
-def _lstsq(a, b, *, placement, engine):
-    if engine is native.ENGINE:
+    eps = float(jnp.finfo(dtype).eps)
+    if rcond is None:
+        rcond = eps * max(a.shape)
+    rcond = jnp.where(jnp.asarray(rcond) < 0, eps, rcond)
+    if numpy_resid and engine is native.ENGINE:
+        # JAX decides NumPy's residual shape from the rank: only eagerly.
         whole = sharding.constrain(a, placement, P())
-        x = jnp.linalg.lstsq(whole, sharding.constrain(b, placement, P()))[0]
-        return x, jnp.int32(0)
-    x, info = _mp_lstsq(a, b, placement)
-    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype)), info
+        x, resid, rank, s = jnp.linalg.lstsq(whole, sharding.constrain(b, placement, P()),
+                                             rcond=rcond, numpy_resid=True)
+        out = (x, resid, rank, s)
+        return out + (jnp.int32(0),) if return_info else out
+    x, resid, rank, s, info = _lstsq(a, b[:, None] if b.ndim == 1 else b, rcond,
+                                     placement=placement, engine=engine, numpy_resid=numpy_resid)
+    x = x[:, 0] if b.ndim == 1 else x
+    out = (x, resid, rank, s)
+    return out + (info,) if return_info else out
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(2,))
-def _mp_lstsq(a, b, placement):
-    return mp.gels(a, b, placement)
+@functools.partial(jax.jit, static_argnames=("placement", "engine", "numpy_resid"))
+def _lstsq(a, b, rcond, *, placement, engine, numpy_resid):
+    m, n = a.shape
+    if engine is native.ENGINE or a.size == 0:
+        whole = sharding.constrain(a, placement, P())
+        x, resid, rank, s = jnp.linalg.lstsq(whole, sharding.constrain(b, placement, P()),
+                                             rcond=rcond, numpy_resid=numpy_resid)
+        return x, resid, rank, s, jnp.int32(0)
+    x, s, rank, info = _mp_lstsq(a, b, rcond, placement)
+    x = jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
+    if numpy_resid and not m > n:
+        resid = jnp.asarray([], dtype=s.dtype)
+    else:
+        res = sharding.constrain(b, placement, P()) - matmul_highest(a, x, placement, P())
+        resid = jnp.sum(jnp.abs(res) ** 2, axis=0)
+        if numpy_resid:
+            resid = jnp.where(rank == n, resid, jnp.zeros_like(resid))
+    return x, resid, rank, s, info
+
+
+def _pseudo_inverse_factor(r, rcond):
+    """The SVD of the small factor R, cut where its singular values fall below
+    rcond times the largest: (u, s, vh, 1/s or 0, rank)."""
+    u, s, vh = jnp.linalg.svd(r, full_matrices=False)
+    mask = (s > 0) & (s >= rcond.astype(s.dtype) * s[0])
+    s_inv = jnp.where(mask, 1 / jnp.where(mask, s, 1), 0).astype(r.dtype)
+    return u, s, vh, s_inv, jnp.sum(mask)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _mp_lstsq(a, b, rcond, placement):
+    """(x, s, rank, info): the pseudo-inverse solution from cuSOLVERMp's QR."""
+    m, n = a.shape
+    whole_b = sharding.constrain(b, placement, P())
+    if m >= n:
+        # A = Q R = (Q U) S V^H: x = V S^+ U^H Q^H b.
+        q, r, info = mp.qr(a, placement)
+        u, s, vh, s_inv, rank = _pseudo_inverse_factor(r, rcond)
+        qhb = matmul_highest(adjoint(q), whole_b, placement, P())
+        x = adjoint(vh) @ (s_inv[:, None] * (adjoint(u) @ qhb))
+    else:
+        # A^H = Q R, so A = R^H Q^H = V S U^H Q^H with R = U S V^H: x = Q U S^+ V^H b.
+        a_h = sharding.constrain_result(adjoint(a), placement, P(placement.axis, None))
+        q, r, info = mp.qr(a_h, placement)
+        u, s, vh, s_inv, rank = _pseudo_inverse_factor(r, rcond)
+        y = u @ (s_inv[:, None] * (vh @ whole_b))
+        x = matmul_highest(q, y, placement, P())
+    return x, s, rank, info
 
 
 @_mp_lstsq.defjvp
 def _mp_lstsq_jvp(placement, primals, tangents):
-    # The normal equations' derivative, A^H A dx = dA^H (b - A x) + A^H (db - dA x),
-    # solved with A^H A = R^H R from the QR.
-    (a, b), (da, db) = primals, tangents
-    q, r, info = mp.qr(a, placement)
-    x = mp.solve_with_qr(q, r, b, placement)
+    # For a of full rank. Tall: the normal equations' derivative,
+    # A^H A dx = dA^H (b - A x) + A^H (db - dA x), with A^H A = R^H R. Wide:
+    # the minimum-norm solution x = A^H y, A A^H y = b, so
+    # dx = dA^H y + A^H dy with A A^H dy = db - dA x - A dA^H y, A A^H = R^H R.
+    (a, b, rcond), (da, db, _) = primals, tangents
+    m, n = a.shape
+    x, s, rank, info = _mp_lstsq(a, b, rcond, placement)
     rows = P(placement.axis, None)
     da = sharding.constrain_result(da, placement, rows)
-    res = sharding.constrain(b, placement, P()) - matmul_highest(a, x, placement, P())
-    rhs = matmul_highest(adjoint(da), res, placement, P()) + matmul_highest(
-        adjoint(a), sharding.constrain(db, placement, P()) - matmul_highest(da, x, placement, P()), placement, P())
-    y = jax.scipy.linalg.solve_triangular(r, rhs, lower=False, trans="C")
-    dx = jax.scipy.linalg.solve_triangular(r, y, lower=False)
-    return (x, info), (dx, np.zeros(info.shape, dtype=jax.dtypes.float0))
+    whole_b = sharding.constrain(b, placement, P())
+    db = sharding.constrain(db, placement, P())
+
+    def gram_solve(r, rhs):  # (R^H R)^-1 rhs
+        y = jax.scipy.linalg.solve_triangular(r, rhs, lower=False, trans="C")
+        return jax.scipy.linalg.solve_triangular(r, y, lower=False)
+
+    if m >= n:
+        _, r, _ = mp.qr(a, placement)
+        res = whole_b - matmul_highest(a, x, placement, P())
+        rhs = matmul_highest(adjoint(da), res, placement, P()) + matmul_highest(
+            adjoint(a), db - matmul_highest(da, x, placement, P()), placement, P())
+        dx = gram_solve(r, rhs)
+    else:
+        a_h = sharding.constrain_result(adjoint(a), placement, rows)
+        _, r, _ = mp.qr(a_h, placement)
+        y = gram_solve(r, whole_b)
+        dah_y = matmul_highest(adjoint(da), y, placement, P())
+        rhs = db - matmul_highest(da, x, placement, P()) - matmul_highest(a, dah_y, placement,
+                                                                          P())
+        dx = dah_y + matmul_highest(adjoint(a), gram_solve(r, rhs), placement, P())
+    zeros = lambda v: np.zeros(v.shape, dtype=jax.dtypes.float0)  # noqa: E731
+    return (x, s, rank, info), (dx, jnp.zeros_like(s), zeros(rank), zeros(info))
 
 
-def qr(a, *, mesh=None, spec=None, backend="auto", return_info=False):
-    """Reduced QR decomposition ``a = q @ r`` of a tall matrix.
+def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto", return_info=False):
+    """QR decomposition ``a = q @ r``, like ``jnp.linalg.qr``.
 
     Args:
-      a: (M, N) matrix with M >= N, rows sharded over one mesh axis, ``P(axis, None)``.
+      a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``.
+      mode: "reduced" (q: (M, K), r: (K, N), K = min(M, N)), "complete"
+        (q: (M, M); on the mp engine only for M <= N) or "r" (r alone).
       mesh, spec, backend, return_info: as for :func:`jaxmg.lstsq`.
 
     Returns:
-      q: (M, N) with orthonormal columns, rows sharded like a; r: (N, N) upper
-      triangular; and info if ``return_info``.
+      QRResult(Q, R) (or R for mode "r"), q rows sharded like a, r replicated;
+      and info last if ``return_info``. Derivatives on the "jax" backend.
     """
-    _tall(a)
+    a, _ = _matrix(a)
+    arguments.check_choice(mode, "mode", QR_MODES)
     return_info = arguments.check_flag(return_info, "return_info")
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "qr")
-    q, r, info = _qr(a, placement=placement, engine=engine)
-    return (q, r, info) if return_info else (q, r)
+    m, n = a.shape
+    if mode == "complete" and m > n and engine is mp.ENGINE:
+        if backend == "mp":
+            raise ValueError(
+                "jaxmg: qr(mode='complete') of a tall matrix has an M x M q, which cuSOLVERMp's "
+                "reduced QR does not give; use mode='reduced' or backend='jax'"
+            )
+        engine = native.ENGINE
+    q, r, info = _qr(a, placement=placement, engine=engine, complete=mode == "complete")
+    if mode == "r":
+        return (r, info) if return_info else r
+    return (q, r, info) if return_info else QRResult(q, r)
 
 
-@functools.partial(jax.jit, static_argnames=("placement", "engine"))
-def _qr(a, *, placement, engine):
-    q, r, info = engine.qr(a, placement)
+@functools.partial(jax.jit, static_argnames=("placement", "engine", "complete"))
+def _qr(a, *, placement, engine, complete):
+    m, n = a.shape
+    if engine is native.ENGINE or a.size == 0:
+        whole = sharding.constrain(a, placement, P())
+        q, r = jnp.linalg.qr(whole, mode="complete" if complete else "reduced")
+        info = jnp.int32(0)
+    elif m >= n:
+        q, r, info = engine.qr(a, placement)
+    else:
+        # Wide: the QR of the leading square block, then R's other columns Q^H A2.
+        a1 = sharding.constrain(a[:, :m], placement, P(placement.axis, None))
+        q, r1, info = engine.qr(a1, placement)
+        r2 = matmul_highest(adjoint(q), a[:, m:], placement, P())
+        r = jnp.concatenate([r1, r2], axis=1)
     q = sharding.constrain_result(q, placement, P(placement.axis, None))
     return q, r, info

@@ -1,5 +1,6 @@
-"""The scipy/numpy-style entry points that choose a factorisation:
-``assume_a="pos"`` runs Cholesky, anything else LU with partial pivoting."""
+"""The scipy/numpy-style entry points that choose a factorisation
+(``assume_a="pos"``: Cholesky; anything else: LU with partial pivoting), and
+NumPy-style batch dimensions for them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from jaxmg._src import arguments, cholesky, dispatch, failures, lu, operators, plans
+from jaxmg._src import arguments, batching, cholesky, dispatch, failures, lu, operators, plans
 from jaxmg._src.placement import eager_key
 
 ASSUME_A = ("gen", "sym", "her", "pos")
@@ -25,24 +26,44 @@ def _check_assume_a(assume_a):
         raise ValueError(f"jaxmg: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}")
 
 
-def solve(a, b, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
-          on_failure="nan"):
-    """x with a @ x = b, like ``jax.scipy.linalg.solve``. assume_a: "pos"
-    (symmetric/Hermitian positive definite: Cholesky) or "gen", "sym", "her"
-    (LU with partial pivoting). x is NaN where the factorisation failed."""
+def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
+          check_finite=True, assume_a="gen", *, tile_size=None, mesh=None, spec=None,
+          backend="auto", on_failure="nan"):
+    """x with a @ x = b, like ``jax.scipy.linalg.solve``.
+
+    a: (..., N, N), rows sharded over one mesh axis (or on one device); b:
+    (..., N) or (..., N, K), replicated or row-sharded. assume_a: "pos"
+    (symmetric/Hermitian positive definite: Cholesky, reading the `lower` or
+    upper triangle) or "gen", "sym", "her" (LU with partial pivoting). x is
+    NaN where the factorisation failed. overwrite_a, overwrite_b, debug and
+    check_finite are accepted for compatibility and ignored.
+    """
+    del overwrite_a, overwrite_b, debug, check_finite
     tile = arguments.check_tile(tile_size)
-    key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure)
+    key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower)
     plan = plans.find(key)
     if plan is not None:
         return plan(a, b)
     _check_assume_a(assume_a)
     failures.check_on_failure(on_failure)
+    lower = arguments.check_flag(lower, "lower")
+    a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
     pos = assume_a == "pos"
+    if a.ndim > 2 or b.ndim > 2:
+        # jax.scipy's rules: a vector b is b.ndim == 1 (LU) or one fewer
+        # dimension than a (Cholesky).
+        vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
+        fn = functools.partial(solve, lower=lower, assume_a=assume_a, tile_size=tile_size,
+                               mesh=mesh, spec=spec, backend=backend, on_failure=on_failure)
+        return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
     layout = dispatch.matrix_layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec,
                                     backend, "solve")
-    b = operators.as_rhs(arguments.as_array(b, "b"), layout.n)
+    b = operators.as_rhs(b, layout.n)
     arguments.check_same_dtype(b, a.dtype)
     b_sharded = operators.is_row_sharded(b, layout.placement)
+    if pos and lower:
+        a = cholesky.upper_read(a, lower, layout)
+        key = None  # the plan would run on a, not on the matrix read
     if on_failure == "nan":
         if pos:
             plan = functools.partial(cholesky.solve_pos_result, layout=layout, b_sharded=b_sharded)
@@ -57,9 +78,18 @@ def solve(a, b, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend
     return x
 
 
-def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto"):
-    """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky."""
+def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
+            method=None):
+    """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky.
+    a may have leading batch dimensions. method: None or "lu" (jnp's names)."""
     _check_assume_a(assume_a)
+    if method not in (None, "lu"):
+        raise ValueError(f"jaxmg: slogdet takes method=None or 'lu', got {method!r}")
+    a = arguments.as_array(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(slogdet, assume_a=assume_a, tile_size=tile_size, mesh=mesh,
+                               spec=spec, backend=backend)
+        return SlogdetResult(*batching.broadcast_map(fn, (a,), (2,)))
     if assume_a == "pos":
         f = cholesky.cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
         return SlogdetResult(jnp.ones((), a.dtype), cholesky.cho_logdet(f))
@@ -67,11 +97,31 @@ def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend=
                                      backend=backend))
 
 
-def inv(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
-        on_failure="nan"):
+def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, spec=None,
+        backend="auto"):
+    """det a, like ``jax.scipy.linalg.det``, from an LU factorisation; its
+    derivative stays finite at singular matrices. a may have leading batch
+    dimensions."""
+    del overwrite_a, check_finite
+    a = arguments.as_array(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(det, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
+        return batching.broadcast_map(fn, (a,), (2,))
+    return lu.det(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
+
+
+def inv(a, overwrite_a=False, check_finite=True, *, assume_a="gen", tile_size=None, mesh=None,
+        spec=None, backend="auto", on_failure="nan"):
     """a's inverse like ``jnp.linalg.inv``, row-sharded like a. "pos": the
-    Cholesky-based inverse (jaxmg.potri); otherwise LU solves against I."""
+    Cholesky-based inverse (jaxmg.potri); otherwise LU solves against I. a
+    may have leading batch dimensions."""
+    del overwrite_a, check_finite
     _check_assume_a(assume_a)
+    a = arguments.as_array(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(inv, assume_a=assume_a, tile_size=tile_size, mesh=mesh, spec=spec,
+                               backend=backend, on_failure=on_failure)
+        return batching.broadcast_map(fn, (a,), (2,))
     if assume_a == "pos":
         return cholesky.spd_inverse(a, tile_size=tile_size, mesh=mesh, spec=spec,
                                     backend=backend, on_failure=on_failure)

@@ -12,10 +12,22 @@ import functools
 
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, dispatch, failures, operators, sharding
+import numpy as np
+
+from jaxmg._src import (
+    arguments,
+    batching,
+    dispatch,
+    failures,
+    operators,
+    sharding,
+    triangular,
+)
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
+from jaxmg._src.placement import resolve_placement
 
 
 @functools.partial(
@@ -40,6 +52,18 @@ class LUFactor:
     info: jax.Array
     layout: Layout
 
+    def __iter__(self):
+        """Unpacks as jax.scipy's ``(lu, piv)``: P A = L U with L (unit
+        diagonal) and U in one (N, N) matrix, rows sharded, and the 0-based
+        row interchanges."""
+        if self.a is None:  # donated: no derivatives
+            convert = lambda a, lu_, piv: _matrices(lu_, piv, layout=self.layout)  # noqa: E731
+        else:
+            convert = functools.partial(_jax_form, self.layout)
+        for _ in range(self.lu.ndim - 2):  # a factor made under vmap, unpacked outside
+            convert = jax.vmap(convert)
+        return iter(convert(self.a, self.lu, self.piv))
+
 
 TRANS = (0, 1, 2)
 
@@ -49,11 +73,12 @@ TRANS = (0, 1, 2)
 # --------------------------------------------------------------------------
 
 
-def lu_factor(a, *, tile_size=None, mesh=None, spec=None, backend="auto", donate=False,
-              on_failure="nan") -> LUFactor:
+def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, spec=None,
+              backend="auto", donate=False, on_failure="nan") -> LUFactor:
     """LU factorisation with partial pivoting, kept sharded in the engine's
-    layout for :func:`lu_solve` and :func:`slogdet`. Arguments as for
-    :func:`jaxmg.cho_factor`."""
+    layout for :func:`lu_solve` and :func:`slogdet`; it unpacks as
+    jax.scipy's ``(lu, piv)``. Arguments as for :func:`jaxmg.cho_factor`."""
+    del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
     donate = arguments.check_flag(donate, "donate")
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
@@ -62,16 +87,63 @@ def lu_factor(a, *, tile_size=None, mesh=None, spec=None, backend="auto", donate
     return f
 
 
-def lu_solve(lu_and_piv: LUFactor, b, trans=0):
-    """Solves op(A) X = B, op(A) = A, A^T or A^H for trans = 0, 1, 2, with the
-    factor from :func:`lu_factor`. Differentiable with respect to b and A."""
+def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
+    """Solves op(A) X = B, op(A) = A, A^T or A^H for trans = 0, 1, 2, like
+    jax.scipy.linalg.lu_solve.
+
+    lu_and_piv: the LUFactor from :func:`lu_factor` (the factor stays in the
+    engine's layout), or jax.scipy's ``(lu, piv)`` pair (solved by
+    distributed triangular solves). Differentiable with respect to b and A.
+    """
+    del overwrite_b, check_finite
     f = lu_and_piv
-    if not isinstance(f, LUFactor):
-        raise TypeError("jaxmg.lu_solve takes the LUFactor that jaxmg.lu_factor returns")
     check_trans(trans)
-    b = operators.as_rhs(b, f.layout.n)
-    return _lu_solve(f, b, trans=int(trans),
-                     b_sharded=operators.is_row_sharded(b, f.layout.placement))
+    if isinstance(f, LUFactor):
+        b = operators.as_rhs(b, f.layout.n)
+        arguments.check_same_dtype(b, f.lu.dtype, other="the factor")
+        return _lu_solve(f, b, trans=int(trans),
+                         b_sharded=operators.is_row_sharded(b, f.layout.placement))
+    if not isinstance(f, (tuple, list)) or len(f) != 2:
+        raise TypeError(
+            "jaxmg.lu_solve takes the LUFactor that jaxmg.lu_factor returns, or a pair "
+            f"(lu, piv) as jax.scipy.linalg.lu_factor returns; got {type(f).__name__}"
+        )
+    lu_, piv = (arguments.as_array(x, name) for x, name in zip(f, ("lu", "piv")))
+    b = arguments.as_array(b, "b")
+    if lu_.ndim > 2 or b.ndim > 2:
+        fn = lambda lu_, piv, b: lu_solve((lu_, piv), b, trans)  # noqa: E731
+        return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if b.ndim == 1 else 2))
+    arguments.check_rank2(lu_, "lu")
+    b = operators.as_rhs(b, lu_.shape[0])
+    arguments.check_same_dtype(b, lu_.dtype, other="lu")
+    placement = resolve_placement(lu_, None, None, "lu")
+    return _solve_with_matrices(lu_, piv, b, placement, int(trans))
+
+
+def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None,
+       spec=None, backend="auto"):
+    """(p, l, u) with a = p @ l @ u, like jax.scipy.linalg.lu (permute_l:
+    (p @ l, u)); l has a unit diagonal, u is upper triangular, all (N, N)
+    with rows sharded like a. Differentiable; a may have leading batch
+    dimensions."""
+    del overwrite_a, check_finite
+    permute_l = arguments.check_flag(permute_l, "permute_l")
+    a = arguments.as_array(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(lu, permute_l=permute_l, tile_size=tile_size, mesh=mesh,
+                               spec=spec, backend=backend)
+        return batching.broadcast_map(fn, (a,), (2,))
+    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu")
+    p, l_, u = _plu(a, layout=layout)
+    if permute_l:
+        return sharding.matmul(p, l_, layout.placement, layout.row_spec), u
+    return p, l_, u
+
+
+def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
+    """det a from an LU factorisation (see jaxmg.det)."""
+    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "det")
+    return _det(layout, a)
 
 
 def solve_gen(a, b, layout: Layout, b_sharded: bool):
@@ -98,6 +170,20 @@ def inv(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="
     return _lu_solve(f, eye, trans=0, b_sharded=sharded)
 
 
+def _solve_with_matrices(lu_, piv, b, placement, trans: int):
+    """op(A) x = b from jax.scipy's (lu, piv) of A: P A = L U."""
+    n = lu_.shape[0]
+    perm = jax.lax.linalg.lu_pivots_to_permutation(sharding.constrain(piv, placement, P()), n)
+    tri = functools.partial(triangular.triangular_solve, lu_, placement=placement)
+    if trans == 0:
+        y = tri(b[perm], lower=True, trans=0, unit_diagonal=True)
+        return tri(y, lower=False, trans=0, unit_diagonal=False)
+    # A^T = U^T L^T P: U^T z = b, L^T w = z, x = P^T w (A^H likewise, conjugated).
+    z = tri(b, lower=False, trans=trans, unit_diagonal=False)
+    w = tri(z, lower=True, trans=trans, unit_diagonal=True)
+    return jnp.zeros_like(w).at[perm].set(w)
+
+
 def check_trans(trans):
     if isinstance(trans, bool) or trans not in TRANS or not isinstance(trans, (int, jnp.integer)):
         raise ValueError(f"jaxmg: trans must be 0 (A), 1 (A^T) or 2 (A^H), got {trans!r}")
@@ -113,7 +199,8 @@ def _no_grad(a):
 
 
 def _lu_impl(a, *, layout: Layout):
-    return layout.engine.lu(a, layout)
+    lu_, piv, info = layout.engine.lu(a, layout)
+    return lu_, piv, failures.with_finite_check(a, info, layout.n)
 
 
 _lu = jax.jit(_lu_impl, static_argnames=("layout",))
@@ -145,6 +232,11 @@ def solve_with_factor(f: LUFactor, b, trans: int = 0, b_sharded=None):
 @functools.partial(jax.jit, static_argnames=("layout",))
 def lu_slogdet(lu_, piv, info, *, layout: Layout):
     return layout.engine.lu_slogdet(lu_, piv, info, layout)
+
+
+@functools.partial(jax.jit, static_argnames=("layout",))
+def _matrices(lu_, piv, *, layout: Layout):
+    return layout.engine.lu_matrices(lu_, piv, layout)
 
 
 # --------------------------------------------------------------------------
@@ -210,6 +302,116 @@ def _lu_slogdet_jvp(layout, primals, tangents):
     if jnp.iscomplexobj(a):
         return (sign, logabsdet), (sign * 1j * jnp.imag(trace), jnp.real(trace))
     return (sign, logabsdet), (jnp.zeros_like(sign), trace)
+
+
+def _lu_tangent(lu_, piv, da, layout):
+    """d(L + U - I) for P A = L U moved by dA: with X = L^-1 P dA U^-1 (a
+    strictly lower plus an upper triangular part), dL = L tril(X, -1) and
+    dU = triu(X) U."""
+    placement, n = layout.placement, lu_.shape[0]
+    l_ = jnp.tril(lu_, -1) + jnp.eye(n, dtype=lu_.dtype)
+    u = jnp.triu(lu_)
+    perm = jax.lax.linalg.lu_pivots_to_permutation(sharding.constrain(piv, placement, P()), n)
+    pda = sharding.constrain_result(sharding.constrain(da, placement, P())[perm], placement,
+                                    layout.row_spec)
+    y = triangular.triangular_solve(l_, pda, placement, lower=True, trans=0, unit_diagonal=True)
+    x_t = triangular.triangular_solve(u, jnp.swapaxes(y, 0, 1), placement, lower=False, trans=1,
+                                      unit_diagonal=False)
+    x = jnp.swapaxes(x_t, 0, 1)
+    dl = sharding.matmul(l_, jnp.tril(x, -1), placement, layout.row_spec)
+    du = sharding.matmul(jnp.triu(x), u, placement, layout.row_spec)
+    return l_, u, dl, du
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _jax_form(layout, a, lu_, piv):
+    return _matrices(lu_, piv, layout=layout)
+
+
+@_jax_form.defjvp
+def _jax_form_jvp(layout, primals, tangents):
+    a, lu_, piv = primals
+    lu_j, piv_j = _jax_form(layout, a, lu_, piv)
+    _, _, dl, du = _lu_tangent(lu_j, piv_j, tangents[0], layout)
+    return (lu_j, piv_j), (dl + du, np.zeros(piv_j.shape, dtype=jax.dtypes.float0))
+
+
+def _permutation_matrix(piv, n, dtype, layout):
+    """p with a = p @ l @ u, rows sharded: p[perm[i], i] = 1 (P = p^T)."""
+    piv = sharding.constrain(piv, layout.placement, P())
+    perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)
+    rows = jnp.arange(n)[:, None]
+    p = (rows == perm[None, :]).astype(jnp.finfo(dtype).dtype)  # real, as jax.scipy's
+    return sharding.constrain_result(p, layout.placement, layout.row_spec)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _plu_core(layout, a):
+    f = factorise(a, layout)
+    lu_, piv = _matrices(f.lu, f.piv, layout=layout)
+    n = a.shape[0]
+    l_ = jnp.tril(lu_, -1) + jnp.eye(n, dtype=lu_.dtype)
+    u = jnp.triu(lu_)
+    return _permutation_matrix(piv, n, a.dtype, layout), l_, u
+
+
+@_plu_core.defjvp
+def _plu_jvp(layout, primals, tangents):
+    # P A = L U: L^-1 P dA U^-1 = L^-1 dL + dU U^-1, a strictly lower plus an
+    # upper triangular part.
+    (a,), (da,) = primals, tangents
+    p, l_, u = _plu_core(layout, a)
+    f = factorise(a, layout)
+    lu_j, piv_j = _matrices(f.lu, f.piv, layout=layout)
+    _, _, dl, du = _lu_tangent(lu_j, piv_j, da, layout)
+    return (p, l_, u), (jnp.zeros_like(p), dl, du)
+
+
+def _plu_impl(a, *, layout):
+    return _plu_core(layout, a)
+
+
+_plu = jax.jit(_plu_impl, static_argnames=("layout",))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+def _det_core(layout, a):
+    f = factorise(a, layout)
+    sign, logabsdet = lu_slogdet(f.lu, f.piv, f.info, layout=layout)
+    return sign * jnp.exp(logabsdet).astype(sign.dtype), f.info
+
+
+@_det_core.defjvp
+def _det_jvp(layout, primals, tangents):
+    # d det A = tr(adj(A) dA), adj(A) = det(A) A^-1 where A is invertible; at
+    # a singular A JAX's own rule (cofactors from its LU) on the whole matrix
+    # keeps it finite.
+    (a,), (da,) = primals, tangents
+    y, info = _det_core(layout, a)
+    placement = layout.placement
+
+    whole = lambda x: sharding.constrain(x, placement, P())  # noqa: E731
+
+    def invertible(a, da):
+        # A^-T through the differentiable solve, so second derivatives hold too.
+        eye, sharded = operators.eye(layout, a.dtype)
+        inverse_t = _lu_solve_core(factorise(a, layout), eye, 1, sharded)
+        return whole(y * jnp.sum(inverse_t * da))
+
+    def singular(a, da):
+        return whole(jax.jvp(jnp.linalg.det, (whole(a),), (whole(da),))[1].astype(y.dtype))
+
+    # Replicated operands: under vmap the branches become a select over them,
+    # which explicit sharding wants alike on every side.
+    dy = jax.lax.cond(whole(info == 0), invertible, singular, whole(a), whole(da))
+    return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
+
+
+def _det_result(layout, a):
+    return _det_core(layout, a)[0]
+
+
+_det = jax.jit(_det_result, static_argnums=(0,))
 
 
 # --------------------------------------------------------------------------

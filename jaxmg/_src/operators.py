@@ -56,12 +56,12 @@ def matvec(a, layout: Layout, b, trans=0):
 
 
 def eye(layout: Layout, dtype):
-    """The identity, row-sharded where the devices can split N evenly (explicit
-    sharding allows no uneven shards), and whether it is."""
+    """The identity, row-sharded where the devices can split N evenly (no
+    array takes uneven shards), and whether it is."""
     placement = layout.placement
-    sharded = not (sharding.is_explicit(placement) and layout.n % placement.n_devices)
+    sharded = placement.n_devices > 1 and layout.n % placement.n_devices == 0
     spec = layout.row_spec if sharded else P()
-    if placement.manual:
+    if placement.manual or placement.mesh is None:
         return jnp.eye(layout.n, dtype=dtype), sharded
     return _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)(), sharded
 

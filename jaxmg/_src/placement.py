@@ -18,9 +18,11 @@ from jaxmg._src import processes
 class Placement:
     """The devices one call runs on: `mesh`, with rows sharded over `axis`
     (one mesh axis, or a tuple of them: rows over their product, the first
-    one major, as in P(("r", "c"), None))."""
+    one major, as in P(("r", "c"), None)). A mesh of None is one device that
+    XLA chooses: an array traced under jit with no sharding or mesh known,
+    which only JAX's own solvers take (as jax.scipy.linalg would)."""
 
-    mesh: Mesh
+    mesh: Mesh | None
     axis: str | tuple[str, ...]
     manual: bool  # True inside the caller's shard_map: arrays are local blocks
 
@@ -30,7 +32,16 @@ class Placement:
 
     @property
     def n_devices(self) -> int:
+        if self.mesh is None:
+            return 1
         return math.prod(self.mesh.shape[ax] for ax in self.axes)
+
+    @property
+    def placed(self) -> bool:
+        return self.mesh is not None
+
+
+UNPLACED = Placement(None, "rows", manual=False)
 
 
 def check_square(a, placement: Placement, name: str = "a") -> int:
@@ -58,10 +69,7 @@ def _rows_axis(spec, name: str):
             # A 2-D block layout P("r", "c"): the rows over every axis, the first
             # major, as the engines take it (the mp engine's grid is then r x c).
             return as_tuple(rows) + as_tuple(cols)
-        raise ValueError(
-            f"jaxmg: {name} is sharded along its columns only ({P(*spec)}); jaxmg needs rows "
-            f"sharded, e.g. P('x', None), or P(('r', 'c'), None) or P('r', 'c') on a 2-D mesh"
-        )
+        return None  # columns only: the rows will be spread over the mesh
     if isinstance(rows, tuple):
         rows = rows[0] if len(rows) == 1 else (tuple(rows) or None)
     return rows
@@ -70,11 +78,14 @@ def _rows_axis(spec, name: str):
 def sharding_of(x):
     """x's sharding where it is known: a concrete array's, or a tracer's
     explicit sharding type (whose mesh is then abstract: the spec is known,
-    the devices are not)."""
+    the devices are not). A tracer on axes of type Auto says nothing."""
     if isinstance(x, jax.core.Tracer):
         sharding = getattr(jax.typeof(x), "sharding", None)
         mesh = getattr(sharding, "mesh", None)
-        return None if mesh is None or mesh.empty else sharding
+        if mesh is None or mesh.empty:
+            return None
+        explicit = jax.sharding.AxisType.Explicit
+        return sharding if any(t == explicit for t in mesh.axis_types) else None
     return getattr(x, "sharding", None)
 
 
@@ -83,14 +94,32 @@ def _single_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]), ("rows",))
 
 
-def _underlying_array(x):
-    """The concrete array under eager transformation tracers (grad, jvp,
-    vmap outside jit), or None under jit, where there is none."""
+def _underlying_sharding(x):
+    """The mesh and spec of the concrete array under eager transformation
+    tracers (grad, jvp, vmap outside jit), with vmap's batch axes taken out of
+    the spec; (None, None) under jit, where there is no such array."""
+    batch_dims = []
     for _ in range(64):
         if not isinstance(x, jax.core.Tracer):
-            return x if isinstance(x, jax.Array) else None
-        x = getattr(x, "primal", getattr(x, "val", None))
-    return None
+            break
+        if hasattr(x, "batch_dim") and hasattr(x, "val"):
+            if not isinstance(x.batch_dim, int):
+                return None, None
+            batch_dims.append(x.batch_dim)
+            x = x.val
+        else:
+            x = getattr(x, "primal", None)
+    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
+    if sharding is None or isinstance(x, jax.core.Tracer):
+        return None, None
+    if not isinstance(sharding, NamedSharding):
+        if len(sharding.device_set) == 1:
+            return _single_device_mesh(next(iter(sharding.device_set))), P()
+        return None, None
+    entries = list(tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec)))
+    for d in reversed(batch_dims):  # the innermost array carries every batch axis
+        del entries[d]
+    return sharding.mesh, P(*entries)
 
 
 def _context_mesh():
@@ -120,7 +149,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
-        return _concrete_placement(a.sharding, mesh, spec, name)
+        return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
     return _placement(a, sharding_of(a), abstract, mesh, spec, name)
 
 
@@ -130,6 +159,8 @@ def eager_key(arrays, *options):
     mesh set in context."""
     if not all(_concrete(x) for x in arrays) or _context_mesh() is not None:
         return None
+    for x, name in zip(arrays, ("a", "b")):
+        check_alive(x, name)
     key = tuple((x.sharding, x.shape, x.dtype) for x in arrays) + options
     try:
         hash(key)
@@ -138,18 +169,30 @@ def eager_key(arrays, *options):
     return key
 
 
+def check_alive(x, name: str) -> None:
+    """Refuses an array that an earlier call with donate=True deleted (XLA
+    would read freed memory)."""
+    if _concrete(x) and x.is_deleted():
+        raise ValueError(
+            f"jaxmg: {name} was deleted: an earlier call with donate=True took its buffer. "
+            f"Pass a fresh array, or call without donate=True to keep {name}"
+        )
+
+
 def _concrete(x) -> bool:
     """A jax.Array with values (not traced)."""
     return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
 
 
 @functools.lru_cache(maxsize=256)
-def _concrete_placement(sharding, mesh, spec, name: str) -> Placement:
-    return _placement(None, sharding, None, mesh, spec, name)
+def _concrete_placement(sharding, committed: bool, mesh, spec, name: str) -> Placement:
+    return _placement(None, sharding, None, mesh, spec, name, committed)
 
 
-def _placement(a, sharding, abstract, mesh, spec, name: str) -> Placement:
-    """`a`: the traced array, None for a concrete one (then only its sharding counts)."""
+def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) -> Placement:
+    """`a`: the traced array, None for a concrete one (then only its sharding
+    counts, and whether it is committed to its devices: XLA moves one that
+    is not)."""
     concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
     if mesh is None and concrete:
         mesh = sharding.mesh
@@ -162,31 +205,36 @@ def _placement(a, sharding, abstract, mesh, spec, name: str) -> Placement:
     if mesh is None and isinstance(abstract, jax.sharding.AbstractMesh):
         mesh = context_concrete_mesh()
     if mesh is None and isinstance(a, jax.core.Tracer):
-        under = _underlying_array(a)
-        under_sharding = getattr(under, "sharding", None)
-        if isinstance(under_sharding, NamedSharding):
-            mesh = under_sharding.mesh
-            if spec is None and under.ndim == a.ndim:
-                spec = under_sharding.spec
+        under_mesh, under_spec = _underlying_sharding(a)
+        if under_mesh is not None:
+            mesh = under_mesh
+            spec = under_spec if spec is None else spec
+    if mesh is None and sharding is None and not isinstance(a, jax.core.Tracer):
+        # A NumPy array or Python list: JAX would put it on the default device.
+        mesh = _single_device_mesh(_default_device())
+    if mesh is None and isinstance(getattr(sharding, "mesh", None), jax.sharding.AbstractMesh):
+        # Traced on explicit axes with no mesh in context (as jit takes JAX's
+        # own functions): the type names the mesh, not its devices.
+        mesh = sharding.mesh
     if mesh is None:
+        if spec is None and isinstance(a, jax.core.Tracer):
+            return UNPLACED
         raise ValueError(
             f"jaxmg: cannot tell which devices {name} lives on. Pass mesh= and spec= "
             "(e.g. mesh=jax.make_mesh((n,), ('x',)), spec=P('x', None)), call under "
             "`with jax.set_mesh(mesh):`, or pass a jax.Array with a NamedSharding"
         )
-    if not isinstance(mesh, Mesh):
+    if not isinstance(mesh, (Mesh, jax.sharding.AbstractMesh)):
         raise TypeError(f"jaxmg: mesh must be a jax.sharding.Mesh, got {type(mesh).__name__}")
+    if sharding is not None and committed and not isinstance(a, jax.core.Tracer):
+        _check_same_devices(sharding, mesh, name)
     rows = _rows_axis(spec if spec is not None else P(), name)
     if rows is None:
-        if mesh.size != 1:
-            used = tuple(ax for ax, size in mesh.shape.items() if size > 1)
-            axis = repr(used[0]) if len(used) == 1 else repr(used)
-            raise ValueError(
-                f"jaxmg: {name} is not row-sharded over the {mesh.size}-device mesh; place it "
-                f"with jax.device_put({name}, NamedSharding(mesh, P({axis}, None))) "
-                "or pass spec=P(axis, None)"
-            )
-        rows = mesh.axis_names[0]
+        # Replicated, or sharded along the columns only (as JAX's own ops can
+        # leave an intermediate): the rows are spread over every device of
+        # the mesh, which costs a reshard at most.
+        used = tuple(ax for ax, size in mesh.shape.items() if size > 1)
+        rows = used[0] if len(used) == 1 else (used or mesh.axis_names[0])
     axes = rows if isinstance(rows, tuple) else (rows,)
     missing = [ax for ax in axes if ax not in mesh.axis_names]
     if missing:
@@ -203,9 +251,30 @@ def _placement(a, sharding, abstract, mesh, spec, name: str) -> Placement:
     return Placement(mesh, rows, manual=False)
 
 
+def _check_same_devices(sharding, mesh: Mesh, name: str) -> None:
+    here = set(sharding.device_set)
+    wanted = set(mesh.devices.flat)
+    if here != wanted:
+        ids = lambda devices: sorted(d.id for d in devices)  # noqa: E731
+        raise ValueError(
+            f"jaxmg: {name} lives on devices {ids(here)} but mesh= has devices {ids(wanted)}; "
+            f"place {name} on the mesh first (jax.device_put({name}, NamedSharding(mesh, "
+            "P(axis, None)))) or leave mesh= out to use its own sharding"
+        )
+
+
+def _default_device():
+    device = jax.config.jax_default_device
+    if isinstance(device, jax.Device):
+        return device
+    return jax.devices(device)[0] if isinstance(device, str) else jax.devices()[0]
+
+
 def _check_one_process(mesh: Mesh) -> None:
     """Within one process jaxmg takes any of its devices; across processes,
     one device per process."""
+    if not isinstance(mesh, Mesh):
+        return  # an abstract mesh: its devices are this process's, as jit traces them
     devices = list(mesh.devices.flat)
     if len({d.process_index for d in devices}) > 1:
         processes.check_one_device_per_process(devices)
@@ -244,6 +313,8 @@ _PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}
 def concrete_mesh(placement: Placement):
     """The concrete Mesh of the call: given, or (inside shard_map, where only
     an AbstractMesh is visible) the one set with `jax.set_mesh`."""
+    if placement.mesh is None:
+        return None
     if isinstance(placement.mesh, Mesh):
         return placement.mesh
     return context_concrete_mesh()
@@ -253,6 +324,8 @@ def platform_of(placement: Placement) -> str:
     mesh = concrete_mesh(placement)
     if mesh is not None:
         platform = mesh.devices.flat[0].platform
+    elif placement.mesh is None:
+        platform = jax.default_backend()
     else:
         device = getattr(placement.mesh, "abstract_device", None)
         platform = device.platform if device is not None else jax.default_backend()

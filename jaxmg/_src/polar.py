@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 
 import jax
 import jax.numpy as jnp
@@ -206,52 +207,100 @@ def _mp_eigh(h, placement):
     return w, sharding.constrain(v, placement, P()), info
 
 
-def svd(a, *, full_matrices=False, compute_uv=True, mesh=None, spec=None, backend="auto",
-        return_info=False):
+class SVDResult(typing.NamedTuple):
+    U: jax.Array
+    S: jax.Array
+    Vh: jax.Array
+
+
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None,
+        backend="auto", return_info=False):
     """Singular value decomposition ``a = u @ diag(s) @ vh``, like ``jnp.linalg.svd``.
 
     Args:
       a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``.
-      full_matrices: only False (the reduced SVD: K = min(M, N)).
+      full_matrices: u (M, M) and vh (N, N) (the default, as JAX), or the
+        reduced u (M, K), vh (K, N), K = min(M, N). The mp engine computes the
+        reduced SVD; auto runs JAX's on the whole matrix for full matrices of
+        a matrix that is not square.
       compute_uv: also compute u and vh.
+      hermitian: a is Hermitian: the SVD from its eigendecomposition (|w|, in
+        descending order), distributed by jaxmg.eigh.
       mesh, spec, backend, return_info: as for :func:`jaxmg.polar`; backend
         "mp" is the polar decomposition a = U_p H followed by cuSOLVERMp's
         eigendecomposition of H (for a wide matrix, of a^H).
 
     Returns:
-      u: (M, K), rows sharded like a; s: (K,) in descending order, replicated;
-      vh: (K, N), rows sharded; only s unless ``compute_uv``; and info last if
-      ``return_info``. On failure the results are NaN.
-      With backend "mp" the columns of u belonging to exactly zero singular
-      values come out zero, as in :func:`jaxmg.polar`.
+      SVDResult(U, S, Vh): u rows sharded like a; s in descending order,
+      replicated; vh rows sharded; only s unless ``compute_uv``; and info last
+      if ``return_info``. On failure the results are NaN. With backend "mp"
+      the columns of u belonging to exactly zero singular values come out
+      zero, as in :func:`jaxmg.polar`.
     """
+    a = arguments.as_array(a, "a")
     arguments.check_rank2(a, "a")
     arguments.check_dtype(a, "a")
+    full_matrices = arguments.check_flag(full_matrices, "full_matrices")
     compute_uv = arguments.check_flag(compute_uv, "compute_uv")
+    hermitian = arguments.check_flag(hermitian, "hermitian")
     return_info = arguments.check_flag(return_info, "return_info")
-    if full_matrices:
-        raise ValueError(
-            "jaxmg: svd computes the reduced SVD only (u is M x K, vh is K x N, K = min(M, N)); "
-            "pass full_matrices=False"
-        )
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "svd")
-    out = _svd(a, placement=placement, engine=engine, compute_uv=compute_uv)
+    m, n = a.shape
+    full = full_matrices and compute_uv and m != n
+    if hermitian and m == n:
+        out = _hermitian_svd(a, placement=placement, compute_uv=compute_uv)
+    else:
+        if full and engine is mp.ENGINE:
+            if backend == "mp":
+                raise ValueError(
+                    "jaxmg: backend='mp' computes the reduced SVD; pass full_matrices=False "
+                    "(u is M x K, vh is K x N, K = min(M, N)) or use backend='jax'"
+                )
+            engine = native.ENGINE
+        out = _svd(a, placement=placement, engine=engine, compute_uv=compute_uv, full=full)
     if not compute_uv:
         out = out[1:2] + out[3:]
-    out = out if return_info else out[:-1]
-    return out[0] if len(out) == 1 else out
+        out = out if return_info else out[:-1]
+        return out[0] if len(out) == 1 else out
+    return (*out[:3], out[3]) if return_info else SVDResult(*out[:3])
 
 
-@functools.partial(jax.jit, static_argnames=("placement", "engine", "compute_uv"))
-def _svd(a, *, placement, engine, compute_uv):
+@functools.partial(jax.jit, static_argnames=("placement", "compute_uv"))
+def _hermitian_svd(a, *, placement, compute_uv):
+    # a = V diag(w) V^H = (V sign(w)) diag(|w|) V^H, sorted by |w| descending.
+    w, v = eigh.eigh(a, mesh=placement.mesh, spec=P(placement.axis, None))
+    order = jnp.argsort(-jnp.abs(w))
+    s = jnp.abs(w)[order]
+    if not compute_uv:
+        return None, s, None, jnp.int32(0)
+    v = sharding.constrain(v, placement, P())[:, order]
+    u = v * jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
     rows = P(placement.axis, None)
-    if engine is native.ENGINE:
+    return (sharding.constrain_result(u, placement, rows), s,
+            sharding.constrain_result(_ct(v), placement, rows), jnp.int32(0))
+
+
+def _values_of_whole(whole):
+    """s of a matrix on one device, working on the small side: the QR's R of
+    a tall (or wide) matrix has its singular values in min(M, N)^2 memory."""
+    m, n = whole.shape
+    if m > n:
+        whole = jnp.linalg.qr(whole, mode="r")
+    elif n > m:
+        whole = jnp.linalg.qr(_ct(whole), mode="r")
+    return jnp.linalg.svd(whole, compute_uv=False)
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "engine", "compute_uv", "full"))
+def _svd(a, *, placement, engine, compute_uv, full):
+    rows = P(placement.axis, None)
+    if engine is native.ENGINE or a.size == 0:
         whole = sharding.constrain(a, placement, P())
         if compute_uv:
-            u, s, vh = jnp.linalg.svd(whole, full_matrices=False)
+            u, s, vh = jnp.linalg.svd(whole, full_matrices=full)
         else:
-            u, s, vh = None, jnp.linalg.svd(whole, compute_uv=False), None
+            u, s, vh = None, _values_of_whole(whole), None
         info = jnp.int32(0)
     else:
         wide = a.shape[0] < a.shape[1]

@@ -30,6 +30,8 @@ def pad_rows(b, n_pad: int):
 
 
 def is_explicit(placement: Placement) -> bool:
+    if placement.mesh is None:
+        return False
     types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
     return all(types[ax] == jax.sharding.AxisType.Explicit for ax in placement.axes)
 
@@ -46,12 +48,11 @@ def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
 
 
 def _even(shape, placement: Placement, spec):
-    """spec, or P() where explicit sharding would split a dimension unevenly
-    (it allows no uneven shards)."""
-    if is_explicit(placement):
-        entries = tuple(spec) + (None,) * (len(shape) - len(spec))
-        if any(e is not None and shape[d] % placement.n_devices for d, e in enumerate(entries)):
-            return P()
+    """spec, or P() where it would split a dimension unevenly: explicit
+    sharding allows no uneven shards, and neither does an eager array."""
+    entries = tuple(spec) + (None,) * (len(shape) - len(spec))
+    if any(e is not None and shape[d] % placement.n_devices for d, e in enumerate(entries)):
+        return P()
     return spec
 
 
@@ -66,6 +67,8 @@ def matmul(x, y, placement: Placement, spec, precision=None):
     output named where both contracted dimensions are sharded); a dimension
     the devices cannot split evenly stays whole."""
     mm = functools.partial(jnp.matmul, precision=precision)
+    if placement.mesh is None:
+        return mm(x, y)
     if is_explicit(placement):
         spec = _even((x.shape[0], y.shape[-1]), placement, spec)
         return mm(x, y, out_sharding=NamedSharding(placement.mesh, spec))
@@ -73,7 +76,7 @@ def matmul(x, y, placement: Placement, spec, precision=None):
 
 
 def constrain(x, placement: Placement, spec):
-    if placement.manual:
+    if placement.manual or placement.mesh is None:
         return x
     sharding = NamedSharding(placement.mesh, spec)
     if is_explicit(placement):

@@ -54,7 +54,7 @@ for dtype in (np.float64, np.complex64):
     w = jaxmg.eigvalsh(A, backend="mp")
     check(f"eigvalsh {dtype.__name__}", w, np.linalg.eigvalsh(a), tol)
     t = rng.standard_normal((600, n)).astype(dtype)
-    xl = jaxmg.lstsq(put(t, P("x", None)), put(b[:1].repeat(600, 0)[:, :1], P()), backend="mp")
+    xl = jaxmg.lstsq(put(t, P("x", None)), put(b[:1].repeat(600, 0)[:, :1], P()), backend="mp")[0]
     check(f"lstsq {dtype.__name__}", xl, np.linalg.lstsq(t, b[:1].repeat(600, 0)[:, :1], rcond=None)[0], tol)
 print("FAILURES" if failures else "ALL OK", failures, flush=True)
 import os

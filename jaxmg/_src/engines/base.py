@@ -42,6 +42,9 @@ class Engine:
     def cholesky_logdet(self, factor, info, layout):
         raise self.missing("cholesky_logdet")
 
+    def cholesky_upper(self, factor, info, layout):  # -> U with A = U^H U, (N, N) rows sharded
+        raise self.missing("cholesky_upper")
+
     def potri(self, a, layout):  # -> (full inverse, rows sharded; info)
         raise self.missing("potri")
 
@@ -51,6 +54,9 @@ class Engine:
 
     def lu_solve(self, lu, piv, info, b, layout, b_sharded: bool, trans: int):
         raise self.missing("lu_solve")
+
+    def lu_matrices(self, lu, piv, layout):  # -> jax.scipy's (lu, piv): P A = L U, 0-based
+        raise self.missing("lu_matrices")
 
     def lu_slogdet(self, lu, piv, info, layout):  # -> (sign, logabsdet)
         raise self.missing("lu_slogdet")

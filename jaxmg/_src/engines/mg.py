@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, config, sharding
+from jaxmg._src import collective, config, cyclic, sharding
 from jaxmg._src.engines import base
 from jaxmg._src.placement import Placement, platform_of
 
@@ -39,12 +39,20 @@ def padded_size(n: int, n_devices: int, tile: int) -> int:
     return math.ceil(n / step) * step
 
 
-def largest_divisor_at_most(n: int, limit: int) -> int:
-    """Tile for local blocks inside shard_map, where rows cannot be re-padded."""
-    for t in range(min(n, limit), 0, -1):
-        if n % t == 0:
-            return t
-    return 1
+def block_tile(rows: int, requested: int | None) -> int:
+    """The tile of local blocks inside shard_map, where rows cannot be padded:
+    the largest divisor of the local rows up to the default, or the tile
+    asked for, which must divide them."""
+    if requested is None:
+        return next(t for t in range(min(rows, config.DEFAULT_TILE), 0, -1) if rows % t == 0)
+    if rows % requested:
+        divisors = [t for t in range(1, rows + 1) if rows % t == 0]
+        raise ValueError(
+            f"jaxmg: inside shard_map tile_size must divide this device's {rows} rows (blocks "
+            f"cannot be padded there); {requested} does not. Use one of {divisors}, or leave "
+            "tile_size out"
+        )
+    return requested
 
 
 def _shard_map(body, placement, in_specs, out_specs):
@@ -136,6 +144,13 @@ def _mirror_upper_blocks(r, axis):
     return jnp.where(rows <= cols, r, transposed)
 
 
+def _contiguous_rows(x, layout):
+    """A factor's rows, which lie block-cyclic over the devices (device d's
+    slot s holds tile s * n + d), in order: the one-dimensional case of the
+    cuSOLVERMp relayout (cyclic.py), all-to-alls inside shard_map."""
+    return cyclic.from_cyclic(x, layout.placement, layout.tile, one_dimensional=True)
+
+
 def _block_cyclic_diagonal(factor, layout):
     """The factor's diagonal, in block-cyclic order, with each entry's global
     index. Device d's block, read column-major, holds its tiles' columns: the
@@ -197,6 +212,12 @@ class Mg(base.Engine):
         logdet = 2 * jnp.sum(jnp.log(jnp.real(diag)))
         return jnp.where(info == 0, logdet, jnp.nan)
 
+    def cholesky_upper(self, factor, info, layout):
+        # The engine factors M = A^T = conj(A) as M = L L^H; L read row-major
+        # is L^T = U with A = U^H U.
+        u = sharding.unpad(_contiguous_rows(factor, layout), layout.placement, layout.n, (0, 1))
+        return _failed_to_nan(jnp.triu(u), info)
+
     def potri(self, a, layout):
         placement = layout.placement
         inv, info = _shard_map(
@@ -210,8 +231,12 @@ class Mg(base.Engine):
     # LU
 
     def lu(self, a, layout):
+        # A's row blocks read column-major are A^T: the engine is handed A^T's
+        # row blocks (a transpose, an all-to-all), so that it factors A itself,
+        # P A = L U, as LAPACK and jax.scipy do.
         spec = layout.row_spec
         n_devices = layout.placement.n_devices
+        a = sharding.constrain_result(jnp.transpose(a), layout.placement, spec)
 
         def body(block):
             results = (
@@ -227,8 +252,25 @@ class Mg(base.Engine):
         return lu, piv, info[0]
 
     def lu_solve(self, lu, piv, info, b, layout, b_sharded, trans):
-        x, b_spec = _solve_blocks("lusolve", (lu, piv, b), layout, b_sharded, trans=trans)
+        # The library solves M^T X = B (its trans 0) or M X = B (1) with M the
+        # factored matrix, here A: A X = B is its 1, A^T X = B its 0, and
+        # A^H X = B is A^T conj(X) = conj(B).
+        conj = trans == 2 and jnp.iscomplexobj(b)
+        rhs = jnp.conj(b) if conj else b
+        x, b_spec = _solve_blocks("lusolve", (lu, piv, rhs), layout, b_sharded,
+                                  trans=1 if trans == 0 else 0)
+        x = jnp.conj(x) if conj else x
         return sharding.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
+
+    def lu_matrices(self, lu, piv, layout):
+        # The factor read row-major is (L U)^T with rows block-cyclic.
+        placement, n = layout.placement, layout.n
+        lu_t = _contiguous_rows(lu, layout)
+        lu_ = sharding.constrain(jnp.transpose(lu_t), placement, layout.row_spec)
+        n_dev, t = placement.n_devices, layout.tile
+        piv = sharding.constrain(piv, placement, P())
+        ordered = piv.reshape(n_dev, -1, t).transpose(1, 0, 2).reshape(-1)
+        return sharding.unpad(lu_, placement, n, (0, 1)), ordered[:n] - 1
 
     def lu_slogdet(self, lu, piv, info, layout):
         diag, g = _block_cyclic_diagonal(lu, layout)
@@ -260,20 +302,20 @@ class Mg(base.Engine):
     def potrs_blocks(self, a, b, placement, tile):
         rows, n = a.shape
         b_sharded = b.shape[0] == rows and rows != n
-        t = largest_divisor_at_most(rows, tile or config.DEFAULT_TILE)
+        t = block_tile(rows, tile)
         placement = Placement(placement.mesh, placement.axis, manual=True)
         _, x, info = _potrs_body(a, b, placement=placement, tile=t, b_sharded=b_sharded)
         return x, info[0]
 
     def potri_blocks(self, a, placement, tile):
-        t = largest_divisor_at_most(a.shape[0], tile or config.DEFAULT_TILE)
+        t = block_tile(a.shape[0], tile)
         inv, info = _potri_body(a, placement=placement, tile=t)
         if platform_of(placement) == "cuda":
             inv = _mirror_upper_blocks(inv, placement.axis)
         return inv, info[0]
 
     def syevd_blocks(self, a, placement, tile, vectors):
-        t = largest_divisor_at_most(a.shape[0], tile or config.DEFAULT_TILE)
+        t = block_tile(a.shape[0], tile)
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.
         return w, (vh if vectors else None), info[0]

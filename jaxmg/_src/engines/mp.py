@@ -454,8 +454,22 @@ class Mp(base.Engine):
         logdet = 2 * jnp.sum(jnp.log(jnp.real(diag)))
         return jnp.where(info == 0, logdet, jnp.nan)
 
+    def cholesky_upper(self, factor, info, layout):
+        # The ranks factor A^T = conj(A) = L L^H; read row-major L is U.
+        u = cyclic.from_cyclic(factor, layout.placement, layout.tile)
+        u = sharding.unpad(u, layout.placement, layout.n, (0, 1))
+        return _failed_to_nan(jnp.triu(u), info)
+
     def lu(self, a, layout):
         return getrf(_padded(a, layout, 1), layout.placement, layout.tile)
+
+    def lu_matrices(self, lu, piv, layout):
+        # The ranks factor A (they read A^T's blocks column-major): the factor
+        # read row-major is (L U)^T.
+        lu_t = cyclic.from_cyclic(lu, layout.placement, layout.tile)
+        lu_ = sharding.constrain(jnp.transpose(lu_t), layout.placement, layout.row_spec)
+        base = piv[-1] - (piv.shape[0] - 1)  # the last row pivots with itself
+        return sharding.unpad(lu_, layout.placement, layout.n, (0, 1)), (piv - base)[: layout.n]
 
     def lu_solve(self, lu, piv, info, b, layout, b_sharded, trans):
         if trans != 0:

@@ -39,13 +39,16 @@ class Native(base.Engine):
         return c, _failed(jnp.diagonal(c))
 
     def cho_solve(self, factor, info, b, layout, b_sharded):
-        # JAX's factor of a matrix that is not positive definite is NaN already.
         x = jsl.cho_solve((factor, False), _whole(b, layout.placement))
-        return sharding.constrain_result(x, layout.placement, _b_spec(layout, b_sharded))
+        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+                                         _b_spec(layout, b_sharded))
 
     def cholesky_logdet(self, factor, info, layout):
         logdet = 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(factor))))
         return jnp.where(info == 0, logdet, jnp.nan)
+
+    def cholesky_upper(self, factor, info, layout):
+        return sharding.constrain_result(jnp.triu(factor), layout.placement, layout.row_spec)
 
     def potri(self, a, layout):
         factor, info = self.cholesky(a, layout)
@@ -61,6 +64,9 @@ class Native(base.Engine):
         x = jsl.lu_solve((lu, piv), _whole(b, layout.placement), trans=trans)
         return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
                                          _b_spec(layout, b_sharded))
+
+    def lu_matrices(self, lu, piv, layout):
+        return sharding.constrain_result(lu, layout.placement, layout.row_spec), piv
 
     def lu_slogdet(self, lu, piv, info, layout):
         diag = jnp.diagonal(lu)
