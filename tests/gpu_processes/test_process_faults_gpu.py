@@ -61,6 +61,5 @@ def test_a_squatter_of_another_user_fails_the_job_at_once_naming_it(settings):
     assert "skipped" not in result.detail, result.detail
 
 
-@pytest.mark.xfail(strict=True, reason="the FFI handlers pass no signature to processes::Meet yet")
 def test_a_rank_with_another_dtype_is_refused_by_every_rank(settings):
     check(stress.scenario_dtype(settings, ranks=2, odd=1))

@@ -42,12 +42,12 @@ class Cpu {
   }
 
   Status Meet(const CallSite& site, int index, rendezvous::Buffers* mine, const Status& prior,
-              const rendezvous::LeaderWork& work) {
+              const std::string& signature, const rendezvous::LeaderWork& work) {
     if (index < 0 || index >= site.n_devices) {
       return Errorf("jaxmg: participant index ", index, " outside mesh of ", site.n_devices);
     }
     rendezvous::HostCopyTransport transport(mine);
-    return MeetParticipants(site, run_.run_id, index, mine, transport, work, prior);
+    return MeetParticipants(site, run_.run_id, index, mine, transport, work, prior, signature);
   }
 
   template <typename Work>

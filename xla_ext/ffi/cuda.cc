@@ -91,12 +91,14 @@ class Cuda {
   // has GPUs besides its own works from its staging copy too: XLA gives a
   // process's other GPUs no access to its pool, and here it owns one GPU.
   Status Meet(const CallSite& site, int index, rendezvous::Buffers* mine, const Status& prior,
-              const rendezvous::LeaderWork& work) {
+              const std::string& signature, const rendezvous::LeaderWork& work) {
     rendezvous::IpcTransport transport(mine, ordinal_, stream_);
     const bool staged = ipc_ && index == 0 && ctx_ != nullptr &&
                         std::any_of(devices_.begin(), devices_.end(),
                                     [&](int d) { return d != ordinal_; });
-    if (!staged) return MeetParticipants(site, run_id_, index, mine, transport, work, prior);
+    if (!staged) {
+      return MeetParticipants(site, run_id_, index, mine, transport, work, prior, signature);
+    }
     return MeetParticipants(
         site, run_id_, index, mine, transport,
         [&](const std::vector<void*>& all) -> Status {
@@ -107,7 +109,7 @@ class Cuda {
           JAXMG_RETURN_IF_ERROR(work(with_own));
           return transport.Apply({});
         },
-        prior);
+        prior, signature);
   }
 
   // One call at a time per device set. Eigenvalues and info are written with

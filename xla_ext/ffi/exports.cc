@@ -100,12 +100,15 @@ void jaxmg_register_call(int64_t call_id, int32_t n, const int32_t* processes) {
   jaxmg::processes::RegisterCall(call_id, std::vector<int32_t>(processes, processes + n));
 }
 
-// Open channel sockets, requests waiting for a meeting, registered calls.
+// Open channel sockets, requests waiting for a meeting, registered calls,
+// failed meetings, peers lost without a goodbye: five int64s.
 void jaxmg_processes_stats(int64_t* out) {
   const jaxmg::processes::Stats s = jaxmg::processes::GetStats();
   out[0] = s.connections;
   out[1] = s.pending;
   out[2] = s.calls;
+  out[3] = s.failed;
+  out[4] = s.lost;
 }
 
 }  // extern "C"

@@ -232,9 +232,19 @@ Status PerRankShape(Routine routine, const Operands& ops, const Grid& grid, Call
   return Status::Ok();
 }
 
+std::string SignatureOf(Routine routine, ffi::DataType dtype, const Operands& ops,
+                        const CallSite& site) {
+  std::string s = std::string(engines::RoutineName(routine)) + " dtype " +
+                  std::to_string(static_cast<int>(dtype)) + " tile " + std::to_string(site.tile);
+  for (int r = 0; r < engines::kRoles; ++r) {
+    if (ops.present[r]) s += std::string(" ") + RoleName(static_cast<Role>(r)) + Dims(ops.dims[r]);
+  }
+  return s;
+}
+
 Status MeetParticipants(const CallSite& site, int64_t run_id, int index, void* mine,
                         processes::Transport& transport, const rendezvous::LeaderWork& work,
-                        const Status& prior) {
+                        const Status& prior, const std::string& signature) {
   const std::chrono::milliseconds timeout(site.timeout_ms);
   std::vector<int32_t> owners;
   if (processes::CallProcesses(site.call_id, &owners)) {
@@ -242,7 +252,8 @@ Status MeetParticipants(const CallSite& site, int64_t run_id, int index, void* m
       return Errorf("jaxmg: call ", site.call_id, " was registered with ", owners.size(),
                     " processes for ", site.n_devices, " devices");
     }
-    return processes::Meet(site.call_id, owners, mine, timeout, transport, work, prior);
+    return processes::Meet(site.call_id, owners, mine, timeout, transport, work, prior,
+                           signature);
   }
   if (!prior.ok()) return prior;
   return rendezvous::Meet({site.call_id, run_id}, static_cast<int>(site.n_devices), index, mine,

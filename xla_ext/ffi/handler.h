@@ -73,6 +73,12 @@ Status LeaderShape(Routine routine, const Operands& ops, const CallSite& site,
 // rows) of an M x N matrix 2-D block-cyclic in square blocks on the grid.
 Status PerRankShape(Routine routine, const Operands& ops, const Grid& grid, Call* call);
 
+// What a participant brings, for the participants of a call across
+// processes to compare: the routine, the element type, every buffer's role
+// and dimensions, and the tile.
+std::string SignatureOf(Routine routine, ffi::DataType dtype, const Operands& ops,
+                        const CallSite& site);
+
 template <typename T>
 engines::Parts<T> PartsOf(const std::vector<void*>& all) {
   engines::Parts<T> parts;
@@ -86,7 +92,7 @@ engines::Parts<T> PartsOf(const std::vector<void*>& all) {
 //   std::unique_ptr<engines::Engine<T>> MakeEngine<T>()
 //   Status Workspace(size_t bytes, void** out)  from XLA's allocator
 //   Status Ready(const Operands&)  input copied into an aliased output; done
-//   Status Meet(site, index, Buffers*, prior, work)  meets and runs `work`
+//   Status Meet(site, index, Buffers*, prior, signature, work)  meets, runs `work`
 //   Status Lead(work)  the leader's side of running the engine
 template <class Platform, Routine R, ffi::DataType DT>
 ffi::Error Collective(Platform& platform, ffi::RemainingArgs args, ffi::RemainingRets rets,
@@ -109,7 +115,7 @@ ffi::Error Collective(Platform& platform, ffi::RemainingArgs args, ffi::Remainin
   if (s.ok()) s = platform.Ready(ops);
   // A participant that failed on its way still takes its turn (`s` is its
   // prior failure), so every process's runs of this call stay paired.
-  return ToFfi(platform.Meet(site, index, &ops.buffers, s,
+  return ToFfi(platform.Meet(site, index, &ops.buffers, s, SignatureOf(R, DT, ops, site),
                              [&](const std::vector<void*>& all) -> Status {
                                return platform.Lead([&]() -> Status {
                                  return engines::Run<T>(*engine, call, PartsOf<T>(all));
@@ -140,7 +146,7 @@ ffi::Error PerRank(Platform& platform, ffi::RemainingArgs args, ffi::RemainingRe
 // `transport` carries the buffers).
 Status MeetParticipants(const CallSite& site, int64_t run_id, int index, void* mine,
                         processes::Transport& transport, const rendezvous::LeaderWork& work,
-                        const Status& prior);
+                        const Status& prior, const std::string& signature);
 
 }  // namespace jaxmg::ffi_layer
 

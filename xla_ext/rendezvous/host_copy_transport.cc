@@ -24,6 +24,18 @@ void AppendHeaders(const Buffers& buffers, std::string* out) {
 
 }  // namespace
 
+uint64_t HostCopyTransport::MaxRequestBytes(int) {
+  uint64_t bytes = sizeof(uint64_t) + mine_->size() * sizeof(Header);
+  for (const Buffer& b : *mine_) bytes += b.in ? b.bytes : 0;
+  return bytes;
+}
+
+uint64_t HostCopyTransport::MaxReplyBytes() {
+  uint64_t bytes = 0;
+  for (const Buffer& b : *mine_) bytes += b.out ? b.bytes : 0;
+  return bytes;
+}
+
 Status HostCopyTransport::Export(std::string* request) {
   AppendHeaders(*mine_, request);
   for (const Buffer& b : *mine_) {

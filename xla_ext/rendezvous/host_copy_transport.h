@@ -23,6 +23,9 @@ class HostCopyTransport : public processes::Transport {
   Status Import(int index, const std::string& request, void** payload) override;
   Status Reply(int index, std::string* reply) override;
   Status Apply(const std::string& reply) override;
+  // A follower's request holds the same buffers as this participant's.
+  uint64_t MaxRequestBytes(int index) override;
+  uint64_t MaxReplyBytes() override;
 
  private:
   struct Copy {

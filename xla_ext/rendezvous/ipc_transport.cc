@@ -96,6 +96,10 @@ Status IpcTransport::Stage() {
   return Status::Ok();
 }
 
+uint64_t IpcTransport::MaxRequestBytes(int) {
+  return sizeof(IpcRequest) + sizeof(uint64_t) + 2 * mine_->size() * sizeof(uint64_t);
+}
+
 Status IpcTransport::Export(std::string* request) {
   JAXMG_RETURN_IF_ERROR(Stage());
   const IpcRequest r{handle_, processes::ProcessIndex(), ordinal_};

@@ -31,6 +31,9 @@ class IpcTransport : public processes::Transport {
   Status Reply(int, std::string*) override { return Status::Ok(); }
   // Copies the outputs from the staging back into `mine`.
   Status Apply(const std::string&) override;
+  // A request is a handle and an offset and size per buffer; replies are empty.
+  uint64_t MaxRequestBytes(int) override;
+  uint64_t MaxReplyBytes() override { return 0; }
 
   // The leader's own buffers in its staging: a leader whose mesh has other
   // GPUs works from there too (XLA lets only a process's own devices reach
