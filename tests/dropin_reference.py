@@ -20,7 +20,6 @@ import jax.scipy.linalg as jsl
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 
-
 class EighResult(typing.NamedTuple):
     eigenvalues: jax.Array
     eigenvectors: jax.Array
@@ -35,7 +34,9 @@ def gathered(x):
     mesh = getattr(sharding, "mesh", None)
     if mesh is None or mesh.empty:
         return x
-    explicit = {ax for ax, kind in zip(mesh.axis_names, mesh.axis_types) if kind == AxisType.Explicit}
+    explicit = {
+        ax for ax, kind in zip(mesh.axis_names, mesh.axis_types) if kind == AxisType.Explicit
+    }
     used = set()
     for entry in sharding.spec:
         used.update(entry if isinstance(entry, tuple) else (entry,))
@@ -96,8 +97,9 @@ def det(a, *, mesh=None, spec=None, backend="auto", tile_size=None):
     return jsl.det(a)
 
 
-def cholesky(a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=None,
-             on_failure="nan"):
+def cholesky(
+    a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"
+):
     _options(mesh, spec, backend, tile_size, on_failure)
     a = gathered(a)
     _square(a)
@@ -105,8 +107,9 @@ def cholesky(a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=
     return jsl.cholesky(a, lower=lower)
 
 
-def cho_factor(a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=None,
-               on_failure="nan"):
+def cho_factor(
+    a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"
+):
     _options(mesh, spec, backend, tile_size, on_failure)
     a = gathered(a)
     _square(a)
@@ -130,8 +133,18 @@ def cho_logdet(c_and_lower):
 _TRANS = (0, 1, 2, "N", "T", "C")
 
 
-def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, *, mesh=None, spec=None,
-                     backend="auto", tile_size=None):
+def solve_triangular(
+    a,
+    b,
+    trans=0,
+    lower=False,
+    unit_diagonal=False,
+    *,
+    mesh=None,
+    spec=None,
+    backend="auto",
+    tile_size=None,
+):
     _options(mesh, spec, backend, tile_size)
     a, b = gathered(a), gathered(b)
     _square(a)
@@ -165,8 +178,18 @@ def lu_solve(lu_and_piv, b, trans=0):
     return jsl.lu_solve((lu_, gathered(piv)), b, trans=trans)
 
 
-def solve(a, b, lower=False, *, assume_a="gen", mesh=None, spec=None, backend="auto",
-          tile_size=None, on_failure="nan"):
+def solve(
+    a,
+    b,
+    lower=False,
+    *,
+    assume_a="gen",
+    mesh=None,
+    spec=None,
+    backend="auto",
+    tile_size=None,
+    on_failure="nan",
+):
     _options(mesh, spec, backend, tile_size, on_failure)
     a, b = gathered(a), gathered(b)
     _square(a)
@@ -191,14 +214,16 @@ def _pos_solve(a, b, lower):
     reverse-mode derivative is wrong for complex a (see dropin.cho_solve_ref)."""
     factor = jsl.cho_factor(jax.lax.stop_gradient(a), lower=lower)
     return jax.lax.custom_linear_solve(
-        lambda x: a @ x, b,
+        lambda x: a @ x,
+        b,
         lambda _, x: jsl.cho_solve(factor, x),
         lambda _, x: jnp.conj(jsl.cho_solve(factor, jnp.conj(x))),
     )
 
 
-def inv(a, *, assume_a="gen", mesh=None, spec=None, backend="auto", tile_size=None,
-        on_failure="nan"):
+def inv(
+    a, *, assume_a="gen", mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"
+):
     _options(mesh, spec, backend, tile_size, on_failure)
     a = gathered(a)
     _square(a)
@@ -206,8 +231,19 @@ def inv(a, *, assume_a="gen", mesh=None, spec=None, backend="auto", tile_size=No
     return jnp.linalg.inv(a)
 
 
-def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False, mesh=None,  # noqa: N803
-         spec=None, backend="auto", tile_size=None, on_failure="nan"):
+def eigh(
+    a,
+    UPLO=None,
+    symmetrize_input=True,
+    *,
+    lower=True,
+    eigvals_only=False,
+    mesh=None,  # noqa: N803
+    spec=None,
+    backend="auto",
+    tile_size=None,
+    on_failure="nan",
+):
     """jnp.linalg.eigh's UPLO/symmetrize_input and jax.scipy's lower/eigvals_only
     (UPLO, when given, names the triangle; else lower does)."""
     _options(mesh, spec, backend, tile_size, on_failure)
@@ -232,8 +268,17 @@ def slogdet(a, *, assume_a="gen", mesh=None, spec=None, backend="auto", tile_siz
     return jnp.linalg.slogdet(a)
 
 
-def eigvalsh(a, UPLO="L", *, symmetrize_input=True, mesh=None, spec=None, backend="auto",  # noqa: N803
-             tile_size=None, on_failure="nan"):
+def eigvalsh(
+    a,
+    UPLO="L",
+    *,
+    symmetrize_input=True,
+    mesh=None,
+    spec=None,
+    backend="auto",  # noqa: N803
+    tile_size=None,
+    on_failure="nan",
+):
     _options(mesh, spec, backend, tile_size, on_failure)
     a = gathered(a)
     _square(a)
@@ -258,15 +303,17 @@ def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto"):
     return jnp.linalg.qr(gathered(a), mode=mode)
 
 
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None,
-        backend="auto"):
+def svd(
+    a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None, backend="auto"
+):
     _options(mesh, spec, backend)
     a = gathered(a)
     if a.ndim < 2:
         raise ValueError(f"a must be a matrix (..., M, N), got shape {a.shape}")
     if compute_uv or hermitian:
-        return jnp.linalg.svd(a, full_matrices=full_matrices, compute_uv=compute_uv,
-                              hermitian=hermitian)
+        return jnp.linalg.svd(
+            a, full_matrices=full_matrices, compute_uv=compute_uv, hermitian=hermitian
+        )
     # Values only: R of a QR first, so nothing of a's full size but one copy
     # of it (JAX's own values-only SVD allocates M x M work on CPU).
     m, n = a.shape[-2:]
@@ -296,7 +343,9 @@ def potri(a, *, mesh=None, spec=None, backend="auto", tile_size=None):
     _options(mesh, spec, backend, tile_size)
     axis = _manual_axis(spec)
     whole = gathered(a) if axis is None else jax.lax.all_gather(a, axis, tiled=True)
-    inverse = jsl.cho_solve(jsl.cho_factor(whole, lower=False), jnp.eye(whole.shape[0], dtype=a.dtype))
+    inverse = jsl.cho_solve(
+        jsl.cho_factor(whole, lower=False), jnp.eye(whole.shape[0], dtype=a.dtype)
+    )
     return inverse if axis is None else _my_rows(inverse, axis, a.shape[0])
 
 

@@ -17,7 +17,8 @@ from dropin import K, N, PLAIN, REP, ROWS, api
 
 def matrices(rng, batch, dtype, kind=dropin.general):
     return np.stack([kind(rng, N, dtype) for _ in range(int(np.prod(batch)))]).reshape(
-        batch + (N, N))
+        batch + (N, N)
+    )
 
 
 # (a's batch shape, b's shape, b's placement): broadcasting as jnp.linalg.solve.
@@ -42,7 +43,9 @@ def test_solve_broadcasts(rng, case, form):
     def make(rng, dtype):
         return matrices(rng, batch, dtype), dropin.random(rng, b_shape, dtype)
 
-    dropin.check_case(case, api.solve, jnp.linalg.solve, make, (ROWS, b_how), rng)
+    dropin.check_case(
+        case, lambda a, b: api.solve(a, b), jnp.linalg.solve, make, (ROWS, b_how), rng
+    )
 
 
 @pytest.mark.parametrize("case", dropin.sweep(small=True))
@@ -56,7 +59,9 @@ def test_solve_pos_batch(rng, case):
         case,
         lambda a, b: api.solve(dropin.hermitian_part(a), b, assume_a="pos"),
         lambda a, b: jnp.linalg.solve(dropin.hermitian_part(a), b),
-        make, (ROWS, ROWS), rng,
+        make,
+        (ROWS, ROWS),
+        rng,
     )
 
 
@@ -69,23 +74,40 @@ def invariant_eigh(result):
 UNARY = {
     "inv": (lambda a: api.inv(a), jnp.linalg.inv, dropin.general, (1, 2), dropin.CONDITION),
     "det": (lambda a: api.det(a), jsl.det, dropin.general, (2,), dropin.CONDITION),
-    "slogdet": (lambda a: api.slogdet(a), jnp.linalg.slogdet, dropin.general, (3,), dropin.CONDITION),
+    "slogdet": (
+        lambda a: api.slogdet(a),
+        jnp.linalg.slogdet,
+        dropin.general,
+        (3,),
+        dropin.CONDITION,
+    ),
     "cholesky": (
         lambda a: api.cholesky(dropin.hermitian_part(a), lower=True),
         lambda a: jsl.cholesky(dropin.hermitian_part(a), lower=True),
-        dropin.spd, (2,), dropin.CONDITION,
+        dropin.spd,
+        (2,),
+        dropin.CONDITION,
     ),
-    "eigh": (lambda a: invariant_eigh(api.eigh(a)), lambda a: invariant_eigh(jnp.linalg.eigh(a)),
-             dropin.spaced, (2,), 15.0),
+    "eigh": (
+        lambda a: invariant_eigh(api.eigh(a)),
+        lambda a: invariant_eigh(jnp.linalg.eigh(a)),
+        dropin.spaced,
+        (2,),
+        15.0,
+    ),
 }
 
 
-@pytest.mark.parametrize("name", list(UNARY))
-@pytest.mark.parametrize("case", dropin.sweep(small=True))
+@pytest.mark.parametrize("case, name", dropin.sweep(also=("name", tuple(UNARY), str)))
 def test_unary_batch(rng, case, name):
     call, ref, kind, batch, condition = UNARY[name]
     dropin.check_case(
-        case, call, ref, lambda rng, dtype: (matrices(rng, batch, dtype, kind),), (ROWS,), rng,
+        case,
+        call,
+        ref,
+        lambda rng, dtype: (matrices(rng, batch, dtype, kind),),
+        (ROWS,),
+        rng,
         condition=condition,
     )
 

@@ -42,33 +42,59 @@ def qr_invariants(result):
 
 # name: (jaxmg call, JAX's, matrix kind, with a right-hand side)
 ROUTINES = {
-    "potrs": (lambda a, b: api.potrs(H(a), b), lambda a, b: dropin.cho_solve_ref(H(a), b),
-              dropin.spd, True),
-    "solve-gen": (api.solve, jsl.solve, dropin.general, True),
-    "solve-pos": (lambda a, b: api.solve(H(a), b, assume_a="pos"),
-                  lambda a, b: dropin.cho_solve_ref(H(a), b), dropin.spd, True),
-    "syevd": (lambda a: eigen_invariants(api.syevd(H(a))),
-              lambda a: eigen_invariants(jnp.linalg.eigh(H(a))), dropin.spaced, False),
-    "eigh": (lambda a: eigen_invariants(api.eigh(a)),
-             lambda a: eigen_invariants(jnp.linalg.eigh(a)), dropin.spaced, False),
+    "potrs": (
+        lambda a, b: api.potrs(H(a), b),
+        lambda a, b: dropin.cho_solve_ref(H(a), b),
+        dropin.spd,
+        True,
+    ),
+    "solve-gen": (lambda a, b: api.solve(a, b), jsl.solve, dropin.general, True),
+    "solve-pos": (
+        lambda a, b: api.solve(H(a), b, assume_a="pos"),
+        lambda a, b: dropin.cho_solve_ref(H(a), b),
+        dropin.spd,
+        True,
+    ),
+    "syevd": (
+        lambda a: eigen_invariants(api.syevd(H(a))),
+        lambda a: eigen_invariants(jnp.linalg.eigh(H(a))),
+        dropin.spaced,
+        False,
+    ),
+    "eigh": (
+        lambda a: eigen_invariants(api.eigh(a)),
+        lambda a: eigen_invariants(jnp.linalg.eigh(a)),
+        dropin.spaced,
+        False,
+    ),
 }
 
 # (routine, devices, kind, mode): grad and jvp on Auto meshes with no mesh
 # context; jvp on Explicit meshes as a guard (with the context JAX's own
 # eager transformations need there: dropin.transform_context).
 EAGER_CASES = [
-    ("potrs", 4, "auto", "grad"), ("potrs", 8, "auto", "grad"), ("potrs", 2, "auto", "jvp"),
+    ("potrs", 4, "auto", "grad"),
+    ("potrs", 8, "auto", "grad"),
+    ("potrs", 2, "auto", "jvp"),
     ("potrs", 4, "explicit", "jvp"),
-    ("solve-gen", 2, "auto", "grad"), ("solve-gen", 8, "auto", "jvp"),
-    ("solve-pos", 3, "auto", "grad"), ("solve-pos", 4, "auto", "jvp"),
-    ("syevd", 4, "auto", "grad"), ("syevd", 3, "auto", "jvp"), ("syevd", 1, "auto", "grad"),
-    ("eigh", 8, "auto", "grad"), ("eigh", 3, "auto", "grad"), ("eigh", 4, "auto", "jvp"),
+    ("solve-gen", 2, "auto", "grad"),
+    ("solve-gen", 8, "auto", "jvp"),
+    ("solve-pos", 3, "auto", "grad"),
+    ("solve-pos", 4, "auto", "jvp"),
+    ("syevd", 4, "auto", "grad"),
+    ("syevd", 3, "auto", "jvp"),
+    ("syevd", 1, "auto", "grad"),
+    ("eigh", 8, "auto", "grad"),
+    ("eigh", 3, "auto", "grad"),
+    ("eigh", 4, "auto", "jvp"),
     ("eigh", 2, "explicit", "jvp"),
 ]
 
 
 @pytest.mark.parametrize(
-    "name, devices, kind, mode", EAGER_CASES, ids=[f"{n}-{d}dev-{k}-{m}" for n, d, k, m in EAGER_CASES]
+    "name, devices, kind, mode",
+    EAGER_CASES,
+    ids=[f"{n}-{d}dev-{k}-{m}" for n, d, k, m in EAGER_CASES],
 )
 def test_eager_derivatives_without_set_mesh(rng, name, devices, kind, mode):
     call, ref, kind_of_a, with_b = ROUTINES[name]
@@ -80,8 +106,9 @@ def test_eager_derivatives_without_set_mesh(rng, name, devices, kind, mode):
 
     how = (ROWS, REP) if with_b else (ROWS,)
     condition = 15.0 if name in ("syevd", "eigh") else dropin.CONDITION
-    dropin.check(mode, dropin.mesh(devices, kind), dtype, call, ref, make, how, rng,
-                 condition=condition)
+    dropin.check(
+        mode, dropin.mesh(devices, kind), dtype, call, ref, make, how, rng, condition=condition
+    )
 
 
 def test_issue_example_grad_of_potrs(rng):
@@ -90,11 +117,13 @@ def test_issue_example_grad_of_potrs(rng):
     mesh, dtype = dropin.mesh(4), np.float64
     a, b = dropin.spd(rng, dropin.N, dtype), dropin.random(rng, (dropin.N, K), dtype)
     got = jax.grad(lambda a, b: jnp.sum(b * api.potrs(a, b)), argnums=(0, 1))(
-        dropin.place(a, ROWS, mesh), dropin.place(b, REP, mesh))
+        dropin.place(a, ROWS, mesh), dropin.place(b, REP, mesh)
+    )
     # The derivative of a solve with a as it stands (as jnp.linalg.solve's,
     # and jax.scipy's assume_a="pos" for real a), not through a's Hermitian part.
     want = jax.grad(lambda a, b: jnp.sum(b * jnp.linalg.solve(a, b)), argnums=(0, 1))(
-        *dropin.promote((a, b)))
+        *dropin.promote((a, b))
+    )
     dropin.assert_close(got, want, dtype, condition=dropin.CONDITION**2)
 
 
@@ -126,12 +155,13 @@ def triangular(rng, dtype):
     return t, dropin.random(rng, (PLAIN_N, K), dtype)
 
 
-def cho_solve_call(cho_factor, cho_solve):
-    return lambda a, b: cho_solve(cho_factor(H(a), lower=True), b)
+def cho_solve_call(linalg):
+    """cho_solve(cho_factor(a, lower=True), b) of jaxmg or jax.scipy.linalg."""
+    return lambda a, b: linalg.cho_solve(linalg.cho_factor(H(a), lower=True), b)
 
 
-def lu_solve_call(lu_factor, lu_solve):
-    return lambda a, b: lu_solve(lu_factor(a), b, trans=1)
+def lu_solve_call(linalg):
+    return lambda a, b: linalg.lu_solve(linalg.lu_factor(a), b, trans=1)
 
 
 # name: (jaxmg call, JAX's, arrays, condition)
@@ -139,45 +169,68 @@ CATALOGUE = {
     "potrs": (ROUTINES["potrs"][0], ROUTINES["potrs"][1], rhs(dropin.spd), 10.0),
     "potri": (lambda a: api.potri(H(a)), lambda a: jnp.linalg.inv(H(a)), alone(dropin.spd), 10.0),
     "syevd": (ROUTINES["syevd"][0], ROUTINES["syevd"][1], alone(dropin.spaced), 15.0),
-    "solve": (api.solve, jsl.solve, rhs(dropin.general), 10.0),
+    "solve": (lambda a, b: api.solve(a, b), jsl.solve, rhs(dropin.general), 10.0),
     "solve-pos": (ROUTINES["solve-pos"][0], ROUTINES["solve-pos"][1], rhs(dropin.spd), 10.0),
-    "inv": (api.inv, jsl.inv, alone(dropin.general), 10.0),
-    "slogdet": (api.slogdet, jnp.linalg.slogdet, alone(dropin.general), 10.0),
-    "det": (api.det, jsl.det, alone(dropin.general), 10.0),
+    "inv": (lambda a: api.inv(a), jsl.inv, alone(dropin.general), 10.0),
+    "slogdet": (lambda a: api.slogdet(a), jnp.linalg.slogdet, alone(dropin.general), 10.0),
+    "det": (lambda a: api.det(a), jsl.det, alone(dropin.general), 10.0),
     "eigh": (ROUTINES["eigh"][0], ROUTINES["eigh"][1], alone(dropin.spaced), 15.0),
-    "eigvalsh": (api.eigvalsh, jnp.linalg.eigvalsh, alone(dropin.spaced), 15.0),
-    "cholesky": (lambda a: api.cholesky(H(a)), lambda a: jsl.cholesky(H(a)), alone(dropin.spd), 10.0),
-    "cho_solve": (cho_solve_call(api.cho_factor, api.cho_solve),
-                  cho_solve_call(jsl.cho_factor, jsl.cho_solve), rhs(dropin.spd), 10.0),
-    "cho_logdet": (lambda a: api.cho_logdet(api.cho_factor(H(a))),
-                   lambda a: jnp.linalg.slogdet(H(a))[1], alone(dropin.spd), 10.0),
+    "eigvalsh": (lambda a: api.eigvalsh(a), jnp.linalg.eigvalsh, alone(dropin.spaced), 15.0),
+    "cholesky": (
+        lambda a: api.cholesky(H(a)),
+        lambda a: jsl.cholesky(H(a)),
+        alone(dropin.spd),
+        10.0,
+    ),
+    "cho_solve": (cho_solve_call(api), cho_solve_call(jsl), rhs(dropin.spd), 10.0),
+    "cho_logdet": (
+        lambda a: api.cho_logdet(api.cho_factor(H(a))),
+        lambda a: jnp.linalg.slogdet(H(a))[1],
+        alone(dropin.spd),
+        10.0,
+    ),
     "lu_factor": (lambda a: tuple(api.lu_factor(a)), jsl.lu_factor, alone(dropin.general), 10.0),
-    "lu": (api.lu, jsl.lu, alone(dropin.general), 10.0),
-    "lu_solve": (lu_solve_call(api.lu_factor, api.lu_solve),
-                 lu_solve_call(jsl.lu_factor, jsl.lu_solve), rhs(dropin.general), 10.0),
-    "solve_triangular": (lambda a, b: api.solve_triangular(a, b, lower=True),
-                         lambda a, b: jsl.solve_triangular(a, b, lower=True), triangular, 10.0),
+    "lu": (lambda a: api.lu(a), jsl.lu, alone(dropin.general), 10.0),
+    "lu_solve": (lu_solve_call(api), lu_solve_call(jsl), rhs(dropin.general), 10.0),
+    "solve_triangular": (
+        lambda a, b: api.solve_triangular(a, b, lower=True),
+        lambda a, b: jsl.solve_triangular(a, b, lower=True),
+        triangular,
+        10.0,
+    ),
     "lstsq": (lambda a, b: api.lstsq(a, b)[0], lambda a, b: jnp.linalg.lstsq(a, b)[0], tall, 10.0),
-    "qr": (lambda a: qr_invariants(api.qr(a)), lambda a: qr_invariants(jnp.linalg.qr(a)),
-           lambda rng, dtype: tall(rng, dtype)[:1], 10.0),
-    "svd": (lambda a: api.svd(a, compute_uv=False), lambda a: jnp.linalg.svd(a, compute_uv=False),
-            lambda rng, dtype: tall(rng, dtype)[:1], 10.0),
+    "qr": (
+        lambda a: qr_invariants(api.qr(a)),
+        lambda a: qr_invariants(jnp.linalg.qr(a)),
+        lambda rng, dtype: tall(rng, dtype)[:1],
+        10.0,
+    ),
+    "svd": (
+        lambda a: api.svd(a, compute_uv=False),
+        lambda a: jnp.linalg.svd(a, compute_uv=False),
+        lambda rng, dtype: tall(rng, dtype)[:1],
+        10.0,
+    ),
 }
 
 TRANSFORMS = ("jit", "grad", "jvp", "vmap")
 PLAIN_CASES = []
 for i, name in enumerate(CATALOGUE):
     dtype = dropin.DTYPES[i % 4]
-    PLAIN_CASES += [(name, "eager", NUMPY, dtype), (name, "eager", PLAIN, dtype),
-                    (name, TRANSFORMS[i % 4], PLAIN, dropin.DTYPES[(i + 1) % 4])]
+    PLAIN_CASES += [
+        (name, "eager", NUMPY, dtype),
+        (name, TRANSFORMS[i % 4], PLAIN, dropin.DTYPES[(i + 1) % 4]),
+    ]
 
 
 @pytest.mark.parametrize(
-    "name, mode, how, dtype", PLAIN_CASES,
+    "name, mode, how, dtype",
+    PLAIN_CASES,
     ids=[f"{n}-{h}-{m}-{dropin.dtype_id(d)}" for n, m, h, d in PLAIN_CASES],
 )
 def test_plain_arrays(rng, name, mode, how, dtype):
-    """NumPy arrays and one-device arrays, with no mesh anywhere."""
+    """NumPy arrays eagerly, one-device arrays under a transformation (one
+    per function, turning over), with no mesh anywhere."""
     call, ref, make, condition = CATALOGUE[name]
     dropin.check(mode, None, dtype, call, ref, make, how, rng, n=PLAIN_N, condition=condition)
 
@@ -194,8 +247,14 @@ def test_vmap_of_potrs_on_plain_arrays(rng):
 
 # ---- jit with no mesh context -----------------------------------------------------------------
 
-JIT_CASES = [("solve", 4, "explicit"), ("eigh", 2, "explicit"), ("cholesky", 3, "explicit"),
-             ("det", 1, "explicit"), ("solve", 2, "auto"), ("inv", 4, "auto")]
+JIT_CASES = [
+    ("solve", 4, "explicit"),
+    ("eigh", 2, "explicit"),
+    ("cholesky", 3, "explicit"),
+    ("det", 1, "explicit"),
+    ("solve", 2, "auto"),
+    ("inv", 4, "auto"),
+]
 
 
 @pytest.mark.parametrize(
@@ -216,10 +275,31 @@ def test_jit_without_mesh_context(rng, name, devices, kind):
 # ---- signatures -----------------------------------------------------------------------------
 
 # Parameters JAX documents as unused, or features jaxmg is not asked for.
-UNUSED = {"overwrite_a", "overwrite_b", "check_finite", "debug", "turbo", "eigvals", "type", "b",
-          "subset_by_index", "method"}
-SCIPY = ("det", "cholesky", "cho_factor", "cho_solve", "solve_triangular", "lu", "lu_factor",
-         "lu_solve", "solve", "inv", "eigh")
+UNUSED = {
+    "overwrite_a",
+    "overwrite_b",
+    "check_finite",
+    "debug",
+    "turbo",
+    "eigvals",
+    "type",
+    "b",
+    "subset_by_index",
+    "method",
+}
+SCIPY = (
+    "det",
+    "cholesky",
+    "cho_factor",
+    "cho_solve",
+    "solve_triangular",
+    "lu",
+    "lu_factor",
+    "lu_solve",
+    "solve",
+    "inv",
+    "eigh",
+)
 NUMPY_NAMES = ("slogdet", "eigvalsh", "lstsq", "qr", "svd")
 OWN_OPTIONS = ("mesh", "spec", "backend", "tile_size")
 TAKE_A_MATRIX = tuple(n for n in SCIPY + NUMPY_NAMES if n not in ("cho_solve", "lu_solve"))

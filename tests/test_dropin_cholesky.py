@@ -68,8 +68,12 @@ def test_cho_factor_unpacks_as_c_lower(rng, case, lower):
         return triangle(c, low)
 
     dropin.check_case(
-        case, factor, lambda a: jsl.cholesky(dropin.hermitian_part(a), lower=lower),
-        lambda rng, dtype: (dropin.spd(rng, N, dtype),), (ROWS,), rng,
+        case,
+        factor,
+        lambda a: jsl.cholesky(dropin.hermitian_part(a), lower=lower),
+        lambda rng, dtype: (dropin.spd(rng, N, dtype),),
+        (ROWS,),
+        rng,
     )
 
 
@@ -132,7 +136,9 @@ def test_solve_pos_lower(rng, case, lower):
         case,
         lambda a, b: api.solve(dropin.hermitian_part(a), b, assume_a="pos", lower=lower),
         lambda a, b: dropin.cho_solve_ref(dropin.hermitian_part(a), b, lower=lower),
-        spd_and_rhs((N, K)), (ROWS, REP), rng,
+        spd_and_rhs((N, K)),
+        (ROWS, REP),
+        rng,
     )
 
 

@@ -28,17 +28,25 @@ def uneven_kw(mesh):
 # (name, devices, kind, mode): each mode on a different Auto mesh, and one
 # Explicit mesh (where this works today) as a guard.
 UNEVEN_CASES = [
-    ("inv-gen", 2, "auto", "eager"), ("inv-gen", 3, "auto", "jit"), ("inv-gen", 4, "auto", "grad"),
-    ("inv-gen", 8, "auto", "jvp"), ("inv-gen", 3, "explicit", "grad"),
-    ("slogdet", 2, "auto", "grad"), ("slogdet", 3, "auto", "jvp"), ("slogdet", 8, "auto", "grad"),
+    ("inv-gen", 2, "auto", "eager"),
+    ("inv-gen", 3, "auto", "jit"),
+    ("inv-gen", 4, "auto", "grad"),
+    ("inv-gen", 8, "auto", "jvp"),
+    ("inv-gen", 3, "explicit", "grad"),
+    ("slogdet", 2, "auto", "grad"),
+    ("slogdet", 3, "auto", "jvp"),
+    ("slogdet", 8, "auto", "grad"),
     ("slogdet", 4, "explicit", "jvp"),
-    ("cho_logdet", 4, "auto", "grad"), ("cho_logdet", 8, "auto", "jvp"),
-    ("cho_logdet", 3, "auto", "grad"), ("cho_logdet", 2, "explicit", "grad"),
+    ("cho_logdet", 4, "auto", "grad"),
+    ("cho_logdet", 8, "auto", "jvp"),
+    ("cho_logdet", 3, "auto", "grad"),
+    ("cho_logdet", 2, "explicit", "grad"),
 ]
 
 
 @pytest.mark.parametrize(
-    "name, devices, kind, mode", UNEVEN_CASES,
+    "name, devices, kind, mode",
+    UNEVEN_CASES,
     ids=[f"{n}-{d}dev-{k}-{m}" for n, d, k, m in UNEVEN_CASES],
 )
 def test_uneven_rows(rng, name, devices, kind, mode):
@@ -52,6 +60,7 @@ def test_uneven_rows(rng, name, devices, kind, mode):
         fn, ref = (lambda a: api.slogdet(a, **kw)), jnp.linalg.slogdet
         make = lambda rng, dtype: (dropin.general(rng, UNEVEN, dtype),)  # noqa: E731
     else:
+
         def fn(a):
             return api.cho_logdet(api.cho_factor(dropin.hermitian_part(a), **kw))
 
@@ -67,21 +76,30 @@ def test_uneven_rows(rng, name, devices, kind, mode):
 # name: (jaxmg call on a 0 x 0 matrix a, a (0, K) right-hand side b and a
 # (0,) vector v, JAX's)
 EMPTY = {
-    "slogdet": (lambda a, b, v: tuple(api.slogdet(a)), lambda a, b, v: tuple(jnp.linalg.slogdet(a))),
+    "slogdet": (
+        lambda a, b, v: tuple(api.slogdet(a)),
+        lambda a, b, v: tuple(jnp.linalg.slogdet(a)),
+    ),
     "det": (lambda a, b, v: api.det(a), lambda a, b, v: jsl.det(a)),
     "inv": (lambda a, b, v: api.inv(a), lambda a, b, v: jnp.linalg.inv(a)),
     "inv-pos": (lambda a, b, v: api.inv(a, assume_a="pos"), lambda a, b, v: jnp.linalg.inv(a)),
     "solve": (lambda a, b, v: api.solve(a, b), lambda a, b, v: jsl.solve(a, b)),
     "solve-vector": (lambda a, b, v: api.solve(a, v), lambda a, b, v: jsl.solve(a, v)),
-    "solve-pos": (lambda a, b, v: api.solve(a, b, assume_a="pos"),
-                  lambda a, b, v: dropin.cho_solve_ref(a, b)),
-    "cho_solve": (lambda a, b, v: api.cho_solve(api.cho_factor(a), b),
-                  lambda a, b, v: jsl.cho_solve(jsl.cho_factor(a), b)),
+    "solve-pos": (
+        lambda a, b, v: api.solve(a, b, assume_a="pos"),
+        lambda a, b, v: dropin.cho_solve_ref(a, b),
+    ),
+    "cho_solve": (
+        lambda a, b, v: api.cho_solve(api.cho_factor(a), b),
+        lambda a, b, v: jsl.cho_solve(jsl.cho_factor(a), b),
+    ),
     "cholesky": (lambda a, b, v: api.cholesky(a), lambda a, b, v: jsl.cholesky(a)),
     "lu_factor": (lambda a, b, v: tuple(api.lu_factor(a)), lambda a, b, v: jsl.lu_factor(a)),
     "lu": (lambda a, b, v: api.lu(a), lambda a, b, v: jsl.lu(a)),
-    "solve_triangular": (lambda a, b, v: api.solve_triangular(a, b),
-                         lambda a, b, v: jsl.solve_triangular(a, b)),
+    "solve_triangular": (
+        lambda a, b, v: api.solve_triangular(a, b),
+        lambda a, b, v: jsl.solve_triangular(a, b),
+    ),
     "eigh": (lambda a, b, v: tuple(api.eigh(a)), lambda a, b, v: tuple(jnp.linalg.eigh(a))),
     "eigvalsh": (lambda a, b, v: api.eigvalsh(a), lambda a, b, v: jnp.linalg.eigvalsh(a)),
 }
@@ -89,7 +107,9 @@ EMPTY = {
 # Where: the issue's meshes (and one device) for the names it lists, one mesh for the rest.
 ISSUE_EMPTY = ("slogdet", "inv", "solve", "cho_solve", "eigh", "eigvalsh")
 EMPTY_CASES = [(name, 4, "explicit") for name in EMPTY] + [
-    (name, devices, kind) for name in ISSUE_EMPTY for devices, kind in ((1, "auto"), (3, "auto"), (0, PLAIN))
+    (name, devices, kind)
+    for name in ISSUE_EMPTY
+    for devices, kind in ((1, "auto"), (3, "auto"), (0, PLAIN))
 ]
 
 
@@ -125,7 +145,8 @@ def test_empty_matrix_under_jit():
     b = dropin.place(np.zeros((0, K), np.float64), REP, mesh)
     with dropin.jit_context(mesh):
         x, (sign, logabsdet), w = jax.jit(
-            lambda a, b: (api.solve(a, b), api.slogdet(a), api.eigvalsh(a)))(a, b)
+            lambda a, b: (api.solve(a, b), api.slogdet(a), api.eigvalsh(a))
+        )(a, b)
     assert np.asarray(x).shape == (0, K) and np.asarray(w).shape == (0,)
     assert float(sign) == 1 and float(logabsdet) == 0
 

@@ -52,8 +52,13 @@ def test_eigh(rng, case):
     """The default call (symmetrize_input=True): in derivatives the tangent
     is symmetrized as JAX does."""
     dropin.check_case(
-        case, lambda a: invariants(api.eigh(a)), lambda a: invariants(jnp.linalg.eigh(a)),
-        spaced, (ROWS,), rng, condition=SPREAD,
+        case,
+        lambda a: invariants(api.eigh(a)),
+        lambda a: invariants(jnp.linalg.eigh(a)),
+        spaced,
+        (ROWS,),
+        rng,
+        condition=SPREAD,
     )
 
 
@@ -68,7 +73,8 @@ UPLO_CASES = [
 
 
 @pytest.mark.parametrize(
-    "uplo, symmetrize, devices, kind, jit", UPLO_CASES,
+    "uplo, symmetrize, devices, kind, jit",
+    UPLO_CASES,
     ids=[f"UPLO={u}-sym={s}-{d}dev-{k}-{'jit' if j else 'eager'}" for u, s, d, k, j in UPLO_CASES],
 )
 def test_eigh_uplo_and_symmetrize_input(rng, uplo, symmetrize, devices, kind, jit):
@@ -96,14 +102,17 @@ def test_eigh_uplo_and_symmetrize_input(rng, uplo, symmetrize, devices, kind, ji
     dropin.assert_close(w_only, np.linalg.eigvalsh(dropin.promote(h)), dtype, what="eigvalsh")
 
 
-@pytest.mark.parametrize(
-    "case, uplo", dropin.sweep(also=("UPLO", ("L", "U")), small=True)
-)
+@pytest.mark.parametrize("case, uplo", dropin.sweep(also=("UPLO", ("L", "U")), small=True))
 def test_eigvalsh(rng, case, uplo):
     """eigvalsh(a, UPLO=) in every mode, symmetrize_input at its default."""
     dropin.check_case(
-        case, lambda a: api.eigvalsh(a, UPLO=uplo), lambda a: jnp.linalg.eigvalsh(a, UPLO=uplo),
-        spaced, (ROWS,), rng, condition=SPREAD,
+        case,
+        lambda a: api.eigvalsh(a, UPLO=uplo),
+        lambda a: jnp.linalg.eigvalsh(a, UPLO=uplo),
+        spaced,
+        (ROWS,),
+        rng,
+        condition=SPREAD,
     )
 
 

@@ -59,9 +59,7 @@ def lstsq_id(form):
     return f"{shape_id(shape)}-b{len(b_shape)}d-{how}"
 
 
-@pytest.mark.parametrize(
-    "case, form", dropin.sweep(also=("form", LSTSQ_FORMS, lstsq_id))
-)
+@pytest.mark.parametrize("case, form", dropin.sweep(also=("form", LSTSQ_FORMS, lstsq_id)))
 def test_lstsq(rng, case, form):
     """The 4-tuple, equal to jnp.linalg.lstsq's (numpy_resid=False: the
     residuals are computed for every shape)."""
@@ -70,7 +68,9 @@ def test_lstsq(rng, case, form):
     def make(rng, dtype):
         return matrix(shape)(rng, dtype) + (dropin.random(rng, b_shape, dtype),)
 
-    dropin.check_case(case, api.lstsq, jnp.linalg.lstsq, make, (ROWS, b_how), rng)
+    dropin.check_case(
+        case, lambda a, b: api.lstsq(a, b), jnp.linalg.lstsq, make, (ROWS, b_how), rng
+    )
 
 
 @pytest.mark.parametrize("rcond", [None, -1, 0.5])
@@ -129,11 +129,17 @@ def qr_invariants(mode):
     return invariants
 
 
-# (mode, a's shape); ("r", SQUARE), which the sweep's turnover skips, runs in
-# test_qr_derivatives.
+# (mode, a's shape)
 QR_VALUE_FORMS = (
-    ("reduced", TALL), ("complete", TALL), ("r", TALL), ("reduced", WIDE), ("r", SQUARE),
-    ("complete", WIDE), ("r", WIDE), ("reduced", SQUARE), ("complete", SQUARE),
+    ("reduced", TALL),
+    ("complete", TALL),
+    ("r", TALL),
+    ("reduced", WIDE),
+    ("r", SQUARE),
+    ("complete", WIDE),
+    ("r", WIDE),
+    ("reduced", SQUARE),
+    ("complete", SQUARE),
 )
 
 
@@ -147,10 +153,19 @@ def qr_id(form):
 )
 def test_qr(rng, case, form):
     mode, shape = form
+    check_qr(case, mode, shape, rng)
+
+
+def check_qr(case, mode, shape, rng):
     inv = qr_invariants(mode)
+    kw = {} if mode == "reduced" else {"mode": mode}  # qr(a) as users write it
     dropin.check_case(
-        case, lambda a: inv(api.qr(a, mode=mode)), lambda a: inv(jnp.linalg.qr(a, mode=mode)),
-        matrix(shape), (ROWS,), rng,
+        case,
+        lambda a: inv(api.qr(a, **kw)),
+        lambda a: inv(jnp.linalg.qr(a, mode=mode)),
+        matrix(shape),
+        (ROWS,),
+        rng,
     )
 
 
@@ -164,11 +179,7 @@ QR_DERIVATIVE_FORMS = (("reduced", TALL), ("r", SQUARE), ("reduced", SQUARE), ("
 )
 def test_qr_derivatives(rng, case, form):
     mode, shape = form
-    inv = qr_invariants(mode)
-    dropin.check_case(
-        case, lambda a: inv(api.qr(a, mode=mode)), lambda a: inv(jnp.linalg.qr(a, mode=mode)),
-        matrix(shape), (ROWS,), rng,
-    )
+    check_qr(case, mode, shape, rng)
 
 
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
@@ -191,8 +202,9 @@ def test_qr_shapes_and_factors(rng, shape, mode):
         assert q.shape == (m, cols) and r.shape == (cols, n)
         q64 = q.astype(np.complex128)
         assert np.abs(q64.conj().T @ q64 - np.eye(cols)).max() <= dropin.tol(dtype, m)
-        dropin.assert_close(q64 @ r, a.astype(np.complex128), dtype, m, condition=10.0,
-                            check_dtype=False)
+        dropin.assert_close(
+            q64 @ r, a.astype(np.complex128), dtype, m, condition=10.0, check_dtype=False
+        )
     assert np.array_equal(r, np.triu(r))
 
 
@@ -214,9 +226,13 @@ def svd_invariants(result, compute_uv):
 
 # (full_matrices, compute_uv, hermitian, shape); None: JAX's default (full matrices).
 SVD_VALUE_FORMS = (
-    (None, True, False, TALL), (False, True, False, WIDE), (True, True, False, WIDE),
-    (False, False, False, TALL), (True, False, False, SQUARE), (False, True, True, SQUARE),
-    (None, False, False, WIDE), (True, True, False, TALL),
+    (None, True, False, TALL),
+    (False, True, False, WIDE),
+    (True, True, False, WIDE),
+    (False, False, False, TALL),
+    (False, True, True, SQUARE),
+    (None, False, False, WIDE),
+    (True, True, False, TALL),
 )
 
 
@@ -228,8 +244,10 @@ def svd_id(form):
 
 
 def svd_call(svd, full, uv, herm):
+    """The call as a user writes it: options at their defaults left out."""
     kw = {} if full is None else {"full_matrices": full}
-    return lambda a: svd_invariants(svd(a, compute_uv=uv, hermitian=herm, **kw), uv)
+    kw.update({"hermitian": True} if herm else {})
+    return lambda a: svd_invariants(svd(a, compute_uv=uv, **kw), uv)
 
 
 def svd_make(shape, herm):
@@ -244,13 +262,19 @@ def svd_make(shape, herm):
 
 
 @pytest.mark.parametrize(
-    "case, form", dropin.sweep(modes=("eager", "jit", "vmap"), also=("form", SVD_VALUE_FORMS, svd_id))
+    "case, form",
+    dropin.sweep(modes=("eager", "jit", "vmap"), also=("form", SVD_VALUE_FORMS, svd_id)),
 )
 def test_svd(rng, case, form):
     full, uv, herm, shape = form
     dropin.check_case(
-        case, svd_call(api.svd, full, uv, herm), svd_call(jnp.linalg.svd, full, uv, herm),
-        svd_make(shape, herm), (ROWS,), rng, condition=SPREAD,
+        case,
+        svd_call(api.svd, full, uv, herm),
+        svd_call(jnp.linalg.svd, full, uv, herm),
+        svd_make(shape, herm),
+        (ROWS,),
+        rng,
+        condition=SPREAD,
     )
 
 
@@ -265,8 +289,13 @@ SVD_DERIVATIVE_FORMS = ((False, True, TALL), (False, False, WIDE), (False, True,
 def test_svd_derivatives(rng, case, form):
     full, uv, shape = form
     dropin.check_case(
-        case, svd_call(api.svd, full, uv, False), svd_call(jnp.linalg.svd, full, uv, False),
-        spread_matrix(shape), (ROWS,), rng, condition=SPREAD,
+        case,
+        svd_call(api.svd, full, uv, False),
+        svd_call(jnp.linalg.svd, full, uv, False),
+        spread_matrix(shape),
+        (ROWS,),
+        rng,
+        condition=SPREAD,
     )
 
 
@@ -279,13 +308,28 @@ def test_svd_shapes_and_factors(rng, shape, full_matrices):
     m, n = shape
     k = min(m, n)
     a = dropin.general(rng, n, dtype, m=m)
-    u, s, vh = (np.asarray(x) for x in api.svd(dropin.place(a, ROWS, mesh), full_matrices=full_matrices))
+    u, s, vh = (
+        np.asarray(x) for x in api.svd(dropin.place(a, ROWS, mesh), full_matrices=full_matrices)
+    )
     assert s.shape == (k,) and np.all(np.diff(s) <= 0)
     assert u.shape == ((m, m) if full_matrices else (m, k))
     assert vh.shape == ((n, n) if full_matrices else (k, n))
     for x in (u.T, vh):
         assert np.abs(x @ x.T - np.eye(x.shape[0])).max() <= dropin.tol(dtype, m)
     dropin.assert_close((u[:, :k] * s) @ vh[:k], a, dtype, m, condition=10.0)
+
+
+@pytest.mark.parametrize("shape", [TALL, WIDE], ids=shape_id)
+def test_svd_defaults_as_jax(rng, shape):
+    """svd(a) as jnp.linalg.svd(a): full matrices (u M x M, vh N x N) unless
+    full_matrices=False; compute_uv=False returns s alone."""
+    mesh, dtype = dropin.mesh(2, "auto"), np.float32
+    a = dropin.general(rng, shape[1], dtype, m=shape[0])
+    got = api.svd(dropin.place(a, ROWS, mesh))
+    want = jnp.linalg.svd(jnp.asarray(a))
+    assert [np.shape(x) for x in got] == [x.shape for x in want]
+    s = api.svd(dropin.place(a, ROWS, mesh), compute_uv=False)
+    assert np.shape(s) == (min(shape),)
 
 
 def test_errors_name_the_argument(rng):

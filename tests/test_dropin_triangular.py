@@ -22,8 +22,11 @@ def triangular(rng, n, dtype, lower, unit_diagonal):
         t = t / np.diagonal(t)[None, :]
     t = t if lower else t.conj().T
     junk = dropin.random(rng, (n, n), dtype) * 10
-    read = np.tril(np.ones((n, n), bool), -int(unit_diagonal)) if lower else np.triu(
-        np.ones((n, n), bool), int(unit_diagonal))
+    read = (
+        np.tril(np.ones((n, n), bool), -int(unit_diagonal))
+        if lower
+        else np.triu(np.ones((n, n), bool), int(unit_diagonal))
+    )
     return np.where(read, t, junk).astype(dtype)
 
 
@@ -40,7 +43,9 @@ FORMS = (
 
 def form_id(form):
     trans, lower, unit, shape, how = form
-    return f"trans{trans}-{'lower' if lower else 'upper'}{'-unit' if unit else ''}-b{len(shape)}d{how}"
+    return (
+        f"trans{trans}-{'lower' if lower else 'upper'}{'-unit' if unit else ''}-b{len(shape)}d{how}"
+    )
 
 
 @pytest.mark.parametrize("case, form", dropin.sweep(also=("form", FORMS, form_id)))
@@ -55,7 +60,9 @@ def test_solve_triangular(rng, case, form):
         case,
         lambda a, b: api.solve_triangular(a, b, **kw),
         lambda a, b: jsl.solve_triangular(a, b, **kw),
-        make, (ROWS, b_how), rng,
+        make,
+        (ROWS, b_how),
+        rng,
     )
 
 
