@@ -148,6 +148,13 @@ def like(x, ref):
     return jax.sharding.reshard(x, sharding)
 
 
+def whole(x):
+    """x replicated over its mesh where its axes are Explicit (the suites
+    slice results and take their diagonals, which explicitly sharded
+    dimensions refuse); unchanged elsewhere."""
+    return dropin_reference.gathered(x)
+
+
 def hermitian_part(a):
     """(a + a^H) / 2 on any placement: routines that read one triangle are
     differentiated through it, so every tangent is Hermitian."""

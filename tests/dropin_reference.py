@@ -12,11 +12,13 @@ the suites ask of jaxmg (JAX's own messages do not always name it)."""
 
 from __future__ import annotations
 
+import math
 import typing
 
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import numpy as np
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 
@@ -43,6 +45,45 @@ def gathered(x):
     if used & explicit:
         return jax.sharding.reshard(x, NamedSharding(mesh, P()))
     return x
+
+
+def _explicit_axis(x, dim):
+    """(mesh, entry) when x's dimension dim is sharded over Explicit axes, else None."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or np.ndim(x) == 0:
+        return None
+    entry = (tuple(sharding.spec) + (None,) * np.ndim(x))[dim % np.ndim(x)]
+    axes = entry if isinstance(entry, tuple) else (entry,)
+    kinds = dict(zip(mesh.axis_names, mesh.axis_types))
+    if entry is None or any(kinds[ax] != AxisType.Explicit for ax in axes):
+        return None
+    return mesh, entry
+
+
+def _laid_out(x, where, dim):
+    """x with dimension dim sharded as `where` (from _explicit_axis) says,
+    where the devices split it evenly: the layouts jaxmg documents for its
+    results (rows like a, x like b, eigenvectors by columns), so the suites'
+    own arithmetic on results meets them here too."""
+    if where is None:
+        return x
+    mesh, entry = where
+    axes = entry if isinstance(entry, tuple) else (entry,)
+    if x.shape[dim] % math.prod(mesh.shape[ax] for ax in axes):
+        return x
+    spec = [None] * x.ndim
+    spec[dim % x.ndim] = entry
+    return jax.sharding.reshard(x, NamedSharding(mesh, P(*spec)))
+
+
+def _rows_of(x):
+    """Where x's rows (a vector's only axis) are sharded over Explicit axes."""
+    return _explicit_axis(x, -1 if np.ndim(x) == 1 else -2)
+
+
+def _like_rows(x, where):
+    return _laid_out(x, where, -1 if x.ndim == 1 else -2)
 
 
 def _manual_axis(spec):
@@ -101,27 +142,28 @@ def cholesky(
     a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"
 ):
     _options(mesh, spec, backend, tile_size, on_failure)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     _square(a)
     _flag(lower, "lower")
-    return jsl.cholesky(a, lower=lower)
+    return _like_rows(jsl.cholesky(a, lower=lower), rows)
 
 
 def cho_factor(
     a, lower=False, *, mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"
 ):
     _options(mesh, spec, backend, tile_size, on_failure)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     _square(a)
     _flag(lower, "lower")
-    return jsl.cho_factor(a, lower=lower)
+    c, lower = jsl.cho_factor(a, lower=lower)
+    return _like_rows(c, rows), lower
 
 
 def cho_solve(c_and_lower, b):
     c, lower = c_and_lower
-    c, b = gathered(c), gathered(b)
+    b_rows, c, b = _rows_of(b), gathered(c), gathered(b)
     _rhs(c, b)
-    return jsl.cho_solve((c, lower), b)
+    return _like_rows(jsl.cho_solve((c, lower), b), b_rows)
 
 
 def cho_logdet(c_and_lower):
@@ -146,36 +188,38 @@ def solve_triangular(
     tile_size=None,
 ):
     _options(mesh, spec, backend, tile_size)
-    a, b = gathered(a), gathered(b)
+    b_rows, a, b = _rows_of(b), gathered(a), gathered(b)
     _square(a)
     _rhs(a, b)
     _uplo(trans, "trans", _TRANS)
     _flag(lower, "lower")
     _flag(unit_diagonal, "unit_diagonal")
-    return jsl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal)
+    x = jsl.solve_triangular(a, b, trans=trans, lower=lower, unit_diagonal=unit_diagonal)
+    return _like_rows(x, b_rows)
 
 
 def lu(a, permute_l=False, *, mesh=None, spec=None, backend="auto", tile_size=None):
     _options(mesh, spec, backend, tile_size)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     _square(a)
     _flag(permute_l, "permute_l")
-    return jsl.lu(a, permute_l=permute_l)
+    return tuple(_like_rows(x, rows) for x in jsl.lu(a, permute_l=permute_l))
 
 
 def lu_factor(a, *, mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"):
     _options(mesh, spec, backend, tile_size, on_failure)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     _square(a)
-    return jsl.lu_factor(a)
+    lu_, piv = jsl.lu_factor(a)
+    return _like_rows(lu_, rows), piv
 
 
 def lu_solve(lu_and_piv, b, trans=0):
     lu_, piv = lu_and_piv
-    lu_, b = gathered(lu_), gathered(b)
+    b_rows, lu_, b = _rows_of(b), gathered(lu_), gathered(b)
     _rhs(lu_, b)
     _uplo(trans, "trans", (0, 1, 2))
-    return jsl.lu_solve((lu_, gathered(piv)), b, trans=trans)
+    return _like_rows(jsl.lu_solve((lu_, gathered(piv)), b, trans=trans), b_rows)
 
 
 def solve(
@@ -191,12 +235,12 @@ def solve(
     on_failure="nan",
 ):
     _options(mesh, spec, backend, tile_size, on_failure)
-    a, b = gathered(a), gathered(b)
+    b_rows, a, b = _rows_of(b), gathered(a), gathered(b)
     _square(a)
     _uplo(assume_a, "assume_a", ("gen", "sym", "her", "pos"))
     _flag(lower, "lower")
     if assume_a != "pos":
-        return jnp.linalg.solve(a, b)
+        return _like_rows(jnp.linalg.solve(a, b), b_rows)
     # jax.scipy's Cholesky path neither broadcasts batch dimensions nor takes
     # a stack of vectors without a warning; the suites ask jaxmg to solve as
     # jnp.linalg.solve does.
@@ -205,7 +249,7 @@ def solve(
     batch = jnp.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     a = jnp.broadcast_to(a, batch + a.shape[-2:])
     x = _pos_solve(a, jnp.broadcast_to(b, batch + b.shape[-2:]), lower)
-    return x[..., 0] if vector else x
+    return _like_rows(x[..., 0] if vector else x, b_rows)
 
 
 def _pos_solve(a, b, lower):
@@ -225,20 +269,20 @@ def inv(
     a, *, assume_a="gen", mesh=None, spec=None, backend="auto", tile_size=None, on_failure="nan"
 ):
     _options(mesh, spec, backend, tile_size, on_failure)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     _square(a)
     _uplo(assume_a, "assume_a", ("gen", "sym", "her", "pos"))
-    return jnp.linalg.inv(a)
+    return _like_rows(jnp.linalg.inv(a), rows)
 
 
 def eigh(
     a,
-    UPLO=None,
+    UPLO=None,  # noqa: N803
     symmetrize_input=True,
     *,
     lower=True,
     eigvals_only=False,
-    mesh=None,  # noqa: N803
+    mesh=None,
     spec=None,
     backend="auto",
     tile_size=None,
@@ -247,14 +291,14 @@ def eigh(
     """jnp.linalg.eigh's UPLO/symmetrize_input and jax.scipy's lower/eigvals_only
     (UPLO, when given, names the triangle; else lower does)."""
     _options(mesh, spec, backend, tile_size, on_failure)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     _square(a)
     _uplo(UPLO, "UPLO", (None, "L", "U"))
     _flag(symmetrize_input, "symmetrize_input")
     _flag(lower, "lower")
     uplo = UPLO if UPLO is not None else ("L" if lower else "U")
     w, v = jnp.linalg.eigh(a, UPLO=uplo, symmetrize_input=symmetrize_input)
-    return w if eigvals_only else EighResult(w, v)
+    return w if eigvals_only else EighResult(w, _laid_out(v, rows, -1))
 
 
 # ---- jax.numpy.linalg names ------------------------------------------------------------
@@ -270,12 +314,12 @@ def slogdet(a, *, assume_a="gen", mesh=None, spec=None, backend="auto", tile_siz
 
 def eigvalsh(
     a,
-    UPLO="L",
+    UPLO="L",  # noqa: N803
     *,
     symmetrize_input=True,
     mesh=None,
     spec=None,
-    backend="auto",  # noqa: N803
+    backend="auto",
     tile_size=None,
     on_failure="nan",
 ):
@@ -300,20 +344,23 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend=
 def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto"):
     _options(mesh, spec, backend)
     _uplo(mode, "mode", ("reduced", "complete", "r"))
-    return jnp.linalg.qr(gathered(a), mode=mode)
+    rows = _rows_of(a)
+    out = jnp.linalg.qr(gathered(a), mode=mode)
+    return out if mode == "r" else (_like_rows(out[0], rows), out[1])
 
 
 def svd(
     a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None, backend="auto"
 ):
     _options(mesh, spec, backend)
-    a = gathered(a)
+    rows, a = _rows_of(a), gathered(a)
     if a.ndim < 2:
         raise ValueError(f"a must be a matrix (..., M, N), got shape {a.shape}")
-    if compute_uv or hermitian:
-        return jnp.linalg.svd(
-            a, full_matrices=full_matrices, compute_uv=compute_uv, hermitian=hermitian
-        )
+    if compute_uv:
+        u, s, vh = jnp.linalg.svd(a, full_matrices=full_matrices, hermitian=hermitian)
+        return _like_rows(u, rows), s, _like_rows(vh, rows)
+    if hermitian:
+        return jnp.linalg.svd(a, compute_uv=False, hermitian=True)
     # Values only: R of a QR first, so nothing of a's full size but one copy
     # of it (JAX's own values-only SVD allocates M x M work on CPU).
     m, n = a.shape[-2:]
@@ -330,7 +377,7 @@ def potrs(a, b, *, mesh=None, spec=None, backend="auto", tile_size=None):
     _options(mesh, spec, backend, tile_size)
     axis = _manual_axis(spec)
     if axis is None:
-        return _pos_solve(gathered(a), gathered(b), lower=False)
+        return _like_rows(_pos_solve(gathered(a), gathered(b), lower=False), _rows_of(b))
     rows = a.shape[0]
     whole = jax.lax.all_gather(a, axis, tiled=True)
     b_rows = b.shape[0] == rows and rows != whole.shape[0]
@@ -342,17 +389,19 @@ def potrs(a, b, *, mesh=None, spec=None, backend="auto", tile_size=None):
 def potri(a, *, mesh=None, spec=None, backend="auto", tile_size=None):
     _options(mesh, spec, backend, tile_size)
     axis = _manual_axis(spec)
+    rows = None if axis is not None else _rows_of(a)
     whole = gathered(a) if axis is None else jax.lax.all_gather(a, axis, tiled=True)
     inverse = jsl.cho_solve(
         jsl.cho_factor(whole, lower=False), jnp.eye(whole.shape[0], dtype=a.dtype)
     )
-    return inverse if axis is None else _my_rows(inverse, axis, a.shape[0])
+    return _like_rows(inverse, rows) if axis is None else _my_rows(inverse, axis, a.shape[0])
 
 
 def syevd(a, *, compute_vectors=True, mesh=None, spec=None, backend="auto", tile_size=None):
     _options(mesh, spec, backend, tile_size)
+    rows = _rows_of(a)
     w, v = jnp.linalg.eigh(gathered(a), UPLO="U", symmetrize_input=False)
-    return (w, v) if compute_vectors else w
+    return (w, _laid_out(v, rows, -1)) if compute_vectors else w
 
 
 def _my_rows(x, axis, rows):

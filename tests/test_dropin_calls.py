@@ -33,6 +33,7 @@ def eigen_invariants(result):
 
 def qr_invariants(result):
     q, r = result
+    r = dropin.whole(r)
     d = jnp.diagonal(r)
     phase = d / jnp.abs(d).astype(d.dtype)
     return q * phase[None, :], jnp.conj(phase)[:, None] * r

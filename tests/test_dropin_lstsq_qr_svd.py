@@ -112,6 +112,7 @@ def test_lstsq_numpy_resid(rng, shape):
 def fixed_phases(q, r):
     """q[:, :k] and r[:k] with diag(r) real positive (k = min(M, N)): unique
     for a of full rank, and smooth in a."""
+    r = dropin.whole(r)
     k = min(r.shape[-2], r.shape[-1])
     d = jnp.diagonal(r[..., :k, :k], axis1=-2, axis2=-1)
     phase = d / jnp.abs(d).astype(d.dtype)
@@ -218,8 +219,8 @@ def svd_invariants(result, compute_uv):
         return result
     u, s, vh = result
     k = s.shape[-1]
-    u, vh = u[..., :, :k], vh[..., :k, :]
-    top = u[..., 0, :]
+    u, vh = u[..., :, :k], dropin.whole(vh)[..., :k, :]
+    top = dropin.whole(u)[..., 0, :]
     phase = top / jnp.abs(top).astype(top.dtype)
     return u * jnp.conj(phase)[..., None, :], s, phase[..., :, None] * vh
 
