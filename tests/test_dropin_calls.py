@@ -1,0 +1,351 @@
+"""The call forms a JAX user writes, on any array jax.scipy.linalg takes:
+
+- eager jax.grad / jax.jvp of potrs, solve, syevd and eigh on a row-sharded
+  a with no jax.set_mesh (the user does not know jaxmg needs one);
+- plain (one-device) arrays and NumPy inputs for every function, eagerly and
+  under jit, grad, jvp and vmap (jax.vmap(jaxmg.potrs)(a, b) among them):
+  an array on one device is a one-device mesh;
+- jit with no mesh context, as JAX's own functions allow;
+- signatures: the parameters of jax.scipy.linalg's function where JAX has
+  one there (det, cholesky, cho_factor, cho_solve, solve_triangular, lu,
+  lu_factor, lu_solve, solve, inv, eigh), else of jax.numpy.linalg's
+  (slogdet, eigvalsh, lstsq, qr, svd), with JAX's defaults; jaxmg's own
+  options (mesh, spec, backend, tile_size) keyword-only after them."""
+
+import inspect
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+
+import dropin
+from dropin import K, NUMPY, PLAIN, REP, ROWS, api
+
+H = dropin.hermitian_part
+
+
+def eigen_invariants(result):
+    w, v = result
+    return w, jnp.abs(v) ** 2
+
+
+def qr_invariants(result):
+    q, r = result
+    r = dropin.whole(r)
+    d = jnp.diagonal(r)
+    phase = d / jnp.abs(d).astype(d.dtype)
+    return q * phase[None, :], jnp.conj(phase)[:, None] * r
+
+
+# ---- eager derivatives without jax.set_mesh -------------------------------------------------
+
+# name: (jaxmg call, JAX's, matrix kind, with a right-hand side)
+ROUTINES = {
+    "potrs": (
+        lambda a, b: api.potrs(H(a), b),
+        lambda a, b: dropin.cho_solve_ref(H(a), b),
+        dropin.spd,
+        True,
+    ),
+    "solve-gen": (lambda a, b: api.solve(a, b), jsl.solve, dropin.general, True),
+    "solve-pos": (
+        lambda a, b: api.solve(H(a), b, assume_a="pos"),
+        lambda a, b: dropin.cho_solve_ref(H(a), b),
+        dropin.spd,
+        True,
+    ),
+    "syevd": (
+        lambda a: eigen_invariants(api.syevd(H(a))),
+        lambda a: eigen_invariants(jnp.linalg.eigh(H(a))),
+        dropin.spaced,
+        False,
+    ),
+    "eigh": (
+        lambda a: eigen_invariants(api.eigh(a)),
+        lambda a: eigen_invariants(jnp.linalg.eigh(a)),
+        dropin.spaced,
+        False,
+    ),
+}
+
+# (routine, devices, kind, mode): grad and jvp on Auto meshes with no mesh
+# context; jvp on Explicit meshes as a guard (with the context JAX's own
+# eager transformations need there: dropin.transform_context).
+EAGER_CASES = [
+    ("potrs", 4, "auto", "grad"),
+    ("potrs", 8, "auto", "grad"),
+    ("potrs", 2, "auto", "jvp"),
+    ("potrs", 4, "explicit", "jvp"),
+    ("solve-gen", 2, "auto", "grad"),
+    ("solve-gen", 8, "auto", "jvp"),
+    ("solve-pos", 3, "auto", "grad"),
+    ("solve-pos", 4, "auto", "jvp"),
+    ("syevd", 4, "auto", "grad"),
+    ("syevd", 3, "auto", "jvp"),
+    ("syevd", 1, "auto", "grad"),
+    ("eigh", 8, "auto", "grad"),
+    ("eigh", 3, "auto", "grad"),
+    ("eigh", 4, "auto", "jvp"),
+    ("eigh", 2, "explicit", "jvp"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, devices, kind, mode",
+    EAGER_CASES,
+    ids=[f"{n}-{d}dev-{k}-{m}" for n, d, k, m in EAGER_CASES],
+)
+def test_eager_derivatives_without_set_mesh(rng, name, devices, kind, mode):
+    call, ref, kind_of_a, with_b = ROUTINES[name]
+    dtype = np.complex128 if devices % 2 else np.float64
+
+    def make(rng, dtype):
+        a = kind_of_a(rng, dropin.N, dtype)
+        return (a, dropin.random(rng, (dropin.N, K), dtype)) if with_b else (a,)
+
+    how = (ROWS, REP) if with_b else (ROWS,)
+    condition = 15.0 if name in ("syevd", "eigh") else dropin.CONDITION
+    dropin.check(
+        mode, dropin.mesh(devices, kind), dtype, call, ref, make, how, rng, condition=condition
+    )
+
+
+def test_issue_example_grad_of_potrs(rng):
+    """jax.grad(lambda a, b: jnp.sum(b * potrs(a, b)))(a, b), a row-sharded
+    over 4 devices, b replicated, nothing else."""
+    mesh, dtype = dropin.mesh(4), np.float64
+    a, b = dropin.spd(rng, dropin.N, dtype), dropin.random(rng, (dropin.N, K), dtype)
+    got = jax.grad(lambda a, b: jnp.sum(b * api.potrs(a, b)), argnums=(0, 1))(
+        dropin.place(a, ROWS, mesh), dropin.place(b, REP, mesh)
+    )
+    # The derivative of a solve with a as it stands (as jnp.linalg.solve's,
+    # and jax.scipy's assume_a="pos" for real a), not through a's Hermitian part.
+    want = jax.grad(lambda a, b: jnp.sum(b * jnp.linalg.solve(a, b)), argnums=(0, 1))(
+        *dropin.promote((a, b))
+    )
+    dropin.assert_close(got, want, dtype, condition=dropin.CONDITION**2)
+
+
+# ---- plain arrays and NumPy inputs ----------------------------------------------------------
+
+PLAIN_N = 12
+
+
+def rhs(kind, k=K):
+    def make(rng, dtype):
+        return kind(rng, PLAIN_N, dtype), dropin.random(rng, (PLAIN_N, k), dtype)
+
+    return make
+
+
+def alone(kind):
+    def make(rng, dtype):
+        return (kind(rng, PLAIN_N, dtype),)
+
+    return make
+
+
+def tall(rng, dtype):
+    return (dropin.general(rng, 5, dtype, m=PLAIN_N), dropin.random(rng, (PLAIN_N, 2), dtype))
+
+
+def triangular(rng, dtype):
+    t = np.linalg.cholesky(dropin.spd(rng, PLAIN_N, dropin.wide(dtype), 100.0)).astype(dtype)
+    return t, dropin.random(rng, (PLAIN_N, K), dtype)
+
+
+def cho_solve_call(linalg):
+    """cho_solve(cho_factor(a, lower=True), b) of jaxmg or jax.scipy.linalg."""
+    return lambda a, b: linalg.cho_solve(linalg.cho_factor(H(a), lower=True), b)
+
+
+def lu_solve_call(linalg):
+    return lambda a, b: linalg.lu_solve(linalg.lu_factor(a), b, trans=1)
+
+
+# name: (jaxmg call, JAX's, arrays, condition)
+CATALOGUE = {
+    "potrs": (ROUTINES["potrs"][0], ROUTINES["potrs"][1], rhs(dropin.spd), 10.0),
+    "potri": (lambda a: api.potri(H(a)), lambda a: jnp.linalg.inv(H(a)), alone(dropin.spd), 10.0),
+    "syevd": (ROUTINES["syevd"][0], ROUTINES["syevd"][1], alone(dropin.spaced), 15.0),
+    "solve": (lambda a, b: api.solve(a, b), jsl.solve, rhs(dropin.general), 10.0),
+    "solve-pos": (ROUTINES["solve-pos"][0], ROUTINES["solve-pos"][1], rhs(dropin.spd), 10.0),
+    "inv": (lambda a: api.inv(a), jsl.inv, alone(dropin.general), 10.0),
+    "slogdet": (lambda a: api.slogdet(a), jnp.linalg.slogdet, alone(dropin.general), 10.0),
+    "det": (lambda a: api.det(a), jsl.det, alone(dropin.general), 10.0),
+    "eigh": (ROUTINES["eigh"][0], ROUTINES["eigh"][1], alone(dropin.spaced), 15.0),
+    "eigvalsh": (lambda a: api.eigvalsh(a), jnp.linalg.eigvalsh, alone(dropin.spaced), 15.0),
+    "cholesky": (
+        lambda a: api.cholesky(H(a)),
+        lambda a: jsl.cholesky(H(a)),
+        alone(dropin.spd),
+        10.0,
+    ),
+    "cho_solve": (cho_solve_call(api), cho_solve_call(jsl), rhs(dropin.spd), 10.0),
+    "cho_logdet": (
+        lambda a: api.cho_logdet(api.cho_factor(H(a))),
+        lambda a: jnp.linalg.slogdet(H(a))[1],
+        alone(dropin.spd),
+        10.0,
+    ),
+    "lu_factor": (lambda a: tuple(api.lu_factor(a)), jsl.lu_factor, alone(dropin.general), 10.0),
+    "lu": (lambda a: api.lu(a), jsl.lu, alone(dropin.general), 10.0),
+    "lu_solve": (lu_solve_call(api), lu_solve_call(jsl), rhs(dropin.general), 10.0),
+    "solve_triangular": (
+        lambda a, b: api.solve_triangular(a, b, lower=True),
+        lambda a, b: jsl.solve_triangular(a, b, lower=True),
+        triangular,
+        10.0,
+    ),
+    "lstsq": (lambda a, b: api.lstsq(a, b)[0], lambda a, b: jnp.linalg.lstsq(a, b)[0], tall, 10.0),
+    "qr": (
+        lambda a: qr_invariants(api.qr(a)),
+        lambda a: qr_invariants(jnp.linalg.qr(a)),
+        lambda rng, dtype: tall(rng, dtype)[:1],
+        10.0,
+    ),
+    "svd": (
+        lambda a: api.svd(a, compute_uv=False),
+        lambda a: jnp.linalg.svd(a, compute_uv=False),
+        lambda rng, dtype: tall(rng, dtype)[:1],
+        10.0,
+    ),
+}
+
+TRANSFORMS = ("jit", "grad", "jvp", "vmap")
+PLAIN_CASES = []
+for i, name in enumerate(CATALOGUE):
+    dtype = dropin.DTYPES[i % 4]
+    PLAIN_CASES += [
+        (name, "eager", NUMPY, dtype),
+        (name, TRANSFORMS[i % 4], PLAIN, dropin.DTYPES[(i + 1) % 4]),
+    ]
+
+
+@pytest.mark.parametrize(
+    "name, mode, how, dtype",
+    PLAIN_CASES,
+    ids=[f"{n}-{h}-{m}-{dropin.dtype_id(d)}" for n, m, h, d in PLAIN_CASES],
+)
+def test_plain_arrays(rng, name, mode, how, dtype):
+    """NumPy arrays eagerly, one-device arrays under a transformation (one
+    per function, turning over), with no mesh anywhere."""
+    call, ref, make, condition = CATALOGUE[name]
+    dropin.check(mode, None, dtype, call, ref, make, how, rng, n=PLAIN_N, condition=condition)
+
+
+def test_vmap_of_potrs_on_plain_arrays(rng):
+    """jax.vmap(jaxmg.potrs)(a, b), both ordinary arrays."""
+    dtype = np.float32
+    a = np.stack([dropin.spd(rng, PLAIN_N, dtype) for _ in range(3)])
+    b = dropin.random(rng, (3, PLAIN_N, K), dtype)
+    x = jax.vmap(api.potrs)(jnp.asarray(a), jnp.asarray(b))
+    want = np.linalg.solve(dropin.promote(a), dropin.promote(b))
+    dropin.assert_close(x, want, dtype, PLAIN_N, dropin.CONDITION)
+
+
+# ---- jit with no mesh context -----------------------------------------------------------------
+
+JIT_CASES = [
+    ("solve", 4, "explicit"),
+    ("eigh", 2, "explicit"),
+    ("cholesky", 3, "explicit"),
+    ("det", 1, "explicit"),
+    ("solve", 2, "auto"),
+    ("inv", 4, "auto"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, devices, kind", JIT_CASES, ids=[f"{n}-{d}dev-{k}" for n, d, k in JIT_CASES]
+)
+def test_jit_without_mesh_context(rng, name, devices, kind):
+    """jax.jit(f)(sharded arrays) as JAX's own functions take it: on
+    Explicit axes the types name the mesh; on Auto axes nothing does, and
+    the result must still be right."""
+    call, ref, make, condition = CATALOGUE[name]
+    mesh, dtype = dropin.mesh(devices, kind), np.complex64
+    args = make(rng, dtype)
+    placed = [dropin.place(x, ROWS if i == 0 else REP, mesh) for i, x in enumerate(args)]
+    got = jax.jit(call)(*placed)
+    dropin.assert_close(got, ref(*dropin.promote(args)), dtype, PLAIN_N, condition)
+
+
+# ---- signatures -----------------------------------------------------------------------------
+
+# Parameters JAX documents as unused, or features jaxmg is not asked for.
+UNUSED = {
+    "overwrite_a",
+    "overwrite_b",
+    "check_finite",
+    "debug",
+    "turbo",
+    "eigvals",
+    "type",
+    "b",
+    "subset_by_index",
+    "method",
+}
+SCIPY = (
+    "det",
+    "cholesky",
+    "cho_factor",
+    "cho_solve",
+    "solve_triangular",
+    "lu",
+    "lu_factor",
+    "lu_solve",
+    "solve",
+    "inv",
+    "eigh",
+)
+NUMPY_NAMES = ("slogdet", "eigvalsh", "lstsq", "qr", "svd")
+OWN_OPTIONS = ("mesh", "spec", "backend", "tile_size")
+TAKE_A_MATRIX = tuple(n for n in SCIPY + NUMPY_NAMES if n not in ("cho_solve", "lu_solve"))
+
+
+def jax_function(name):
+    return getattr(jsl if name in SCIPY else jnp.linalg, name)
+
+
+@pytest.mark.parametrize("name", SCIPY + NUMPY_NAMES)
+def test_signature_follows_jax(name):
+    """JAX's parameters, in JAX's order up to the first one jaxmg need not
+    take (later ones by keyword), each with JAX's default."""
+    ours = inspect.signature(getattr(api, name)).parameters
+    theirs = inspect.signature(jax_function(name)).parameters
+    positional = []
+    for pname, p in theirs.items():
+        if pname in UNUSED or p.kind != p.POSITIONAL_OR_KEYWORD:
+            break
+        positional.append(pname)
+    ours_positional = [n for n, p in ours.items() if p.kind == p.POSITIONAL_OR_KEYWORD]
+    assert ours_positional[: len(positional)] == positional, (ours_positional, positional)
+    for pname, p in theirs.items():
+        if pname in UNUSED or p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
+            continue
+        assert pname in ours, f"{name} takes no {pname}"
+        assert ours[pname].kind != p.POSITIONAL_ONLY
+        if p.default is not p.empty:
+            assert ours[pname].default == p.default, (pname, ours[pname].default, p.default)
+
+
+@pytest.mark.parametrize("name", TAKE_A_MATRIX)
+def test_own_options_come_after_keyword_only(name):
+    ours = inspect.signature(getattr(api, name)).parameters
+    for option in ("mesh", "spec", "backend"):
+        assert option in ours, f"{name} takes no {option}"
+    for option in OWN_OPTIONS:
+        if option in ours:
+            assert ours[option].kind == inspect.Parameter.KEYWORD_ONLY, (name, option)
+
+
+def test_eigh_and_eigvalsh_take_numpy_options():
+    """eigh(UPLO=, symmetrize_input=) and eigvalsh(UPLO=, symmetrize_input=)
+    with jnp.linalg's defaults."""
+    eigh = inspect.signature(api.eigh).parameters
+    eigvalsh = inspect.signature(api.eigvalsh).parameters
+    assert eigh["UPLO"].default is None and eigh["symmetrize_input"].default is True
+    assert eigvalsh["UPLO"].default == "L" and eigvalsh["symmetrize_input"].default is True

@@ -1,0 +1,179 @@
+"""A triangular Cholesky factor as jax.scipy.linalg gives it: cholesky(a,
+lower=), cho_factor returning (c, lower) that unpacks and that cho_solve
+takes (also a factor the user made with jax.scipy, and the other way
+round), solve(..., assume_a="pos", lower=) reading one triangle; against
+JAX in every mode on every mesh, NaN where the matrix is not positive
+definite (as JAX), errors naming the argument."""
+
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+
+import dropin
+from dropin import K, N, REP, ROWS, api
+
+
+def triangle(c, lower):
+    return jnp.tril(c) if lower else jnp.triu(c)
+
+
+def spd_and_rhs(shape):
+    def make(rng, dtype):
+        return dropin.spd(rng, N, dtype), dropin.random(rng, shape, dtype)
+
+    return make
+
+
+def with_garbage(rng, a, lower):
+    """a's unread triangle (strictly above the diagonal for lower) overwritten."""
+    junk = dropin.random(rng, a.shape, a.dtype) * 100
+    keep = np.tril(np.ones(a.shape, bool)) if lower else np.triu(np.ones(a.shape, bool))
+    return np.where(keep, a, junk)
+
+
+@pytest.mark.parametrize("case, lower", dropin.sweep(also=("lower", (True, False))))
+def test_cholesky(rng, case, lower):
+    """The triangular factor itself (zeros in the other triangle, as JAX)."""
+    dropin.check_case(
+        case,
+        lambda a: api.cholesky(dropin.hermitian_part(a), lower=lower),
+        lambda a: jsl.cholesky(dropin.hermitian_part(a), lower=lower),
+        lambda rng, dtype: (dropin.spd(rng, N, dtype),),
+        (ROWS,),
+        rng,
+    )
+
+
+@pytest.mark.parametrize("lower, devices, kind", [(True, 4, "auto"), (False, 3, "explicit")])
+def test_cholesky_reads_one_triangle(rng, lower, devices, kind):
+    """Only the selected triangle is read: junk in the other changes nothing."""
+    mesh, dtype = dropin.mesh(devices, kind), np.complex128
+    a = dropin.spd(rng, N, dtype)
+    got = api.cholesky(dropin.place(with_garbage(rng, a, lower), ROWS, mesh), lower=lower)
+    dropin.assert_close(got, jsl.cholesky(dropin.promote(a), lower=lower), dtype)
+
+
+@pytest.mark.parametrize("case, lower", dropin.sweep(also=("lower", (True, False)), small=True))
+def test_cho_factor_unpacks_as_c_lower(rng, case, lower):
+    """c, lower = cho_factor(a, lower=...): lower is the flag asked for, c
+    holds the factor in that triangle, in the caller's (N, N) layout."""
+    a = dropin.place(dropin.spd(rng, N, case.dtype), ROWS, case.mesh)
+    c, got_lower = api.cho_factor(a, lower=lower)
+    assert isinstance(got_lower, (bool, np.bool_)) and got_lower == lower
+    assert c.shape == (N, N)
+
+    def factor(a):
+        c, low = api.cho_factor(dropin.hermitian_part(a), lower=lower)
+        return triangle(c, low)
+
+    dropin.check_case(
+        case,
+        factor,
+        lambda a: jsl.cholesky(dropin.hermitian_part(a), lower=lower),
+        lambda rng, dtype: (dropin.spd(rng, N, dtype),),
+        (ROWS,),
+        rng,
+    )
+
+
+# (lower, b's shape and placement): turned over with the cases.
+SOLVE_FORMS = ((True, (N, K), REP), (False, (N,), ROWS), (True, (N,), REP), (False, (N, K), ROWS))
+
+
+def form_id(form):
+    lower, shape, how = form
+    return f"{'lower' if lower else 'upper'}-b{len(shape)}d-{how}"
+
+
+@pytest.mark.parametrize("case, form", dropin.sweep(also=("form", SOLVE_FORMS, form_id)))
+def test_cho_solve_of_cho_factor(rng, case, form):
+    """cho_solve((c, lower), b) with the tuple rebuilt by hand from cho_factor's result."""
+    lower, shape, b_how = form
+
+    def solve(a, b):
+        c, low = api.cho_factor(dropin.hermitian_part(a), lower=lower)
+        return api.cho_solve((c, low), b)
+
+    def ref(a, b):
+        return jsl.cho_solve(jsl.cho_factor(dropin.hermitian_part(a), lower=lower), b)
+
+    dropin.check_case(case, solve, ref, spd_and_rhs(shape), (ROWS, b_how), rng)
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("devices, kind", [(1, "auto"), (4, "auto"), (2, "explicit"), (0, "plain")])
+def test_cho_solve_takes_jax_factor(rng, devices, kind, lower):
+    """A factor the user made with jax.scipy.linalg.cho_factor (then placed
+    row-sharded, or left on one device) goes into jaxmg.cho_solve."""
+    dtype = np.float64
+    a, b = dropin.spd(rng, N, dtype), dropin.random(rng, (N, K), dtype)
+    c, low = jsl.cho_factor(jnp.asarray(a), lower=lower)
+    if kind == "plain":
+        c_dev, b_dev = c, jnp.asarray(b)
+    else:
+        mesh = dropin.mesh(devices, kind)
+        c_dev, b_dev = dropin.place(np.asarray(c), ROWS, mesh), dropin.place(b, REP, mesh)
+    x = api.cho_solve((c_dev, low), b_dev)
+    dropin.assert_close(x, np.linalg.solve(a, b), dtype, condition=dropin.CONDITION)
+
+
+@pytest.mark.parametrize("devices", [0, 4])
+def test_jax_cho_solve_takes_jaxmg_factor(rng, devices):
+    """The other way round: jax.scipy.linalg.cho_solve takes what
+    jaxmg.cho_factor returns (on an Auto mesh, or one device)."""
+    dtype = np.complex64
+    a, b = dropin.spd(rng, N, dtype), dropin.random(rng, (N, K), dtype)
+    how, mesh = (dropin.PLAIN, None) if devices == 0 else (ROWS, dropin.mesh(devices))
+    x = jsl.cho_solve(api.cho_factor(dropin.place(a, how, mesh), lower=True), jnp.asarray(b))
+    dropin.assert_close(x, np.linalg.solve(dropin.promote(a), b), dtype, condition=dropin.CONDITION)
+
+
+@pytest.mark.parametrize("case, lower", dropin.sweep(also=("lower", (True, False)), small=True))
+def test_solve_pos_lower(rng, case, lower):
+    """solve(a, b, assume_a="pos", lower=...) as jax.scipy.linalg.solve."""
+    dropin.check_case(
+        case,
+        lambda a, b: api.solve(dropin.hermitian_part(a), b, assume_a="pos", lower=lower),
+        lambda a, b: dropin.cho_solve_ref(dropin.hermitian_part(a), b, lower=lower),
+        spd_and_rhs((N, K)),
+        (ROWS, REP),
+        rng,
+    )
+
+
+@pytest.mark.parametrize("lower", [True, False])
+def test_solve_pos_reads_the_triangle_lower_names(rng, lower):
+    """lower=True reads the lower triangle, lower=False (the default) the upper."""
+    mesh, dtype = dropin.mesh(3, "explicit"), np.complex128
+    a, b = dropin.spd(rng, N, dtype), dropin.random(rng, (N, K), dtype)
+    a_dev = dropin.place(with_garbage(rng, a, lower), ROWS, mesh)
+    kw = {"lower": True} if lower else {}
+    x = api.solve(a_dev, dropin.place(b, REP, mesh), assume_a="pos", **kw)
+    dropin.assert_close(x, np.linalg.solve(a, b), dtype, condition=dropin.CONDITION)
+
+
+@pytest.mark.parametrize("devices, kind", [(2, "auto"), (4, "explicit")])
+def test_not_positive_definite_gives_nan(rng, devices, kind):
+    """Where JAX gives NaN, so does jaxmg: the factor's triangle, the solves."""
+    mesh, dtype = dropin.mesh(devices, kind), np.float32
+    bad = dropin.place(dropin.not_spd(rng, N, dtype), ROWS, mesh)
+    b = dropin.place(dropin.random(rng, (N, K), dtype), REP, mesh)
+    upper = np.triu(np.ones((N, N), bool))
+    assert np.isnan(np.asarray(api.cholesky(bad))[upper]).all()
+    c, lower = api.cho_factor(bad, lower=True)
+    assert np.isnan(np.asarray(c)[upper.T]).all()
+    assert np.isnan(np.asarray(api.cho_solve((c, lower), b))).all()
+    assert np.isnan(np.asarray(api.solve(bad, b, assume_a="pos", lower=True))).all()
+
+
+def test_errors_name_the_argument(rng):
+    mesh, dtype = dropin.mesh(2), np.float64
+    a = dropin.place(dropin.spd(rng, N, dtype), ROWS, mesh)
+    with pytest.raises(ValueError, match=r"\ba\b.*\(24, 12\)|\(24, 12\).*\ba\b"):
+        api.cholesky(dropin.place(np.ones((N, N // 2), dtype), ROWS, mesh))
+    with pytest.raises(ValueError, match=r"\ba\b"):
+        api.cho_factor(dropin.place(np.ones(N, dtype), ROWS, mesh))
+    c = api.cho_factor(a)
+    with pytest.raises(ValueError, match=r"\bb\b"):
+        api.cho_solve(c, dropin.place(np.ones((N + 2, 1), dtype), REP, mesh))

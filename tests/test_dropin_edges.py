@@ -1,0 +1,219 @@
+"""Edges a JAX user meets: N that does not divide over an Auto-axis mesh
+(a replicated with mesh= and spec=, since JAX cannot place uneven rows) for
+inv(assume_a="gen") and the derivatives of slogdet and cho_logdet; 0 x 0
+matrices (JAX returns sign 1 and log|det| 0, det 1, and empty arrays, no
+error); the values-only SVD of a 400000 x 2 matrix without M x M work; and
+a tile_size inside shard_map that does not divide the local rows, which is
+honoured (the result equals the same call outside shard_map to rounding)
+or refused naming tile_size, never silently changed."""
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import dropin
+import helpers
+from dropin import K, PLAIN, REP, ROWS, api
+
+UNEVEN = 13  # divides over none of 2, 3, 4, 8 devices
+
+
+def uneven_kw(mesh):
+    return {"mesh": mesh, "spec": P("x", None)}
+
+
+# (name, devices, kind, mode): each mode on a different Auto mesh, and one
+# Explicit mesh (where this works today) as a guard.
+UNEVEN_CASES = [
+    ("inv-gen", 2, "auto", "eager"),
+    ("inv-gen", 3, "auto", "jit"),
+    ("inv-gen", 4, "auto", "grad"),
+    ("inv-gen", 8, "auto", "jvp"),
+    ("inv-gen", 3, "explicit", "grad"),
+    ("slogdet", 2, "auto", "grad"),
+    ("slogdet", 3, "auto", "jvp"),
+    ("slogdet", 8, "auto", "grad"),
+    ("slogdet", 4, "explicit", "jvp"),
+    ("cho_logdet", 4, "auto", "grad"),
+    ("cho_logdet", 8, "auto", "jvp"),
+    ("cho_logdet", 3, "auto", "grad"),
+    ("cho_logdet", 2, "explicit", "grad"),
+]
+
+
+@pytest.mark.parametrize(
+    "name, devices, kind, mode",
+    UNEVEN_CASES,
+    ids=[f"{n}-{d}dev-{k}-{m}" for n, d, k, m in UNEVEN_CASES],
+)
+def test_uneven_rows(rng, name, devices, kind, mode):
+    mesh = dropin.mesh(devices, kind)
+    kw = uneven_kw(mesh)
+    dtype = np.complex128 if mode == "jvp" else np.float64
+    if name == "inv-gen":
+        fn, ref = (lambda a: api.inv(a, assume_a="gen", **kw)), jnp.linalg.inv
+        make = lambda rng, dtype: (dropin.general(rng, UNEVEN, dtype),)  # noqa: E731
+    elif name == "slogdet":
+        fn, ref = (lambda a: api.slogdet(a, **kw)), jnp.linalg.slogdet
+        make = lambda rng, dtype: (dropin.general(rng, UNEVEN, dtype),)  # noqa: E731
+    else:
+
+        def fn(a):
+            return api.cho_logdet(api.cho_factor(dropin.hermitian_part(a), **kw))
+
+        def ref(a):
+            return jnp.linalg.slogdet(dropin.hermitian_part(a))[1]
+
+        make = lambda rng, dtype: (dropin.spd(rng, UNEVEN, dtype),)  # noqa: E731
+    dropin.check(mode, mesh, dtype, fn, ref, make, (REP,), rng, n=UNEVEN)
+
+
+# ---- N = 0 -------------------------------------------------------------------------------------
+
+# name: (jaxmg call on a 0 x 0 matrix a, a (0, K) right-hand side b and a
+# (0,) vector v, JAX's)
+EMPTY = {
+    "slogdet": (
+        lambda a, b, v: tuple(api.slogdet(a)),
+        lambda a, b, v: tuple(jnp.linalg.slogdet(a)),
+    ),
+    "det": (lambda a, b, v: api.det(a), lambda a, b, v: jsl.det(a)),
+    "inv": (lambda a, b, v: api.inv(a), lambda a, b, v: jnp.linalg.inv(a)),
+    "inv-pos": (lambda a, b, v: api.inv(a, assume_a="pos"), lambda a, b, v: jnp.linalg.inv(a)),
+    "solve": (lambda a, b, v: api.solve(a, b), lambda a, b, v: jsl.solve(a, b)),
+    "solve-vector": (lambda a, b, v: api.solve(a, v), lambda a, b, v: jsl.solve(a, v)),
+    "solve-pos": (
+        lambda a, b, v: api.solve(a, b, assume_a="pos"),
+        lambda a, b, v: dropin.cho_solve_ref(a, b),
+    ),
+    "cho_solve": (
+        lambda a, b, v: api.cho_solve(api.cho_factor(a), b),
+        lambda a, b, v: jsl.cho_solve(jsl.cho_factor(a), b),
+    ),
+    "cholesky": (lambda a, b, v: api.cholesky(a), lambda a, b, v: jsl.cholesky(a)),
+    "lu_factor": (lambda a, b, v: tuple(api.lu_factor(a)), lambda a, b, v: jsl.lu_factor(a)),
+    "lu": (lambda a, b, v: api.lu(a), lambda a, b, v: jsl.lu(a)),
+    "solve_triangular": (
+        lambda a, b, v: api.solve_triangular(a, b),
+        lambda a, b, v: jsl.solve_triangular(a, b),
+    ),
+    "eigh": (lambda a, b, v: tuple(api.eigh(a)), lambda a, b, v: tuple(jnp.linalg.eigh(a))),
+    "eigvalsh": (lambda a, b, v: api.eigvalsh(a), lambda a, b, v: jnp.linalg.eigvalsh(a)),
+}
+
+# Where: the issue's meshes (and one device) for the names it lists, one mesh for the rest.
+ISSUE_EMPTY = ("slogdet", "inv", "solve", "cho_solve", "eigh", "eigvalsh")
+EMPTY_CASES = [(name, 4, "explicit") for name in EMPTY] + [
+    (name, devices, kind)
+    for name in ISSUE_EMPTY
+    for devices, kind in ((1, "auto"), (3, "auto"), (0, PLAIN))
+]
+
+
+@pytest.mark.parametrize(
+    "name, devices, kind", EMPTY_CASES, ids=[f"{n}-{d}dev-{k}" for n, d, k in EMPTY_CASES]
+)
+def test_empty_matrix(name, devices, kind):
+    """The results JAX gives for N = 0, each waited for (a failure there
+    would only show once the result is read)."""
+    dtype = np.float32
+    args = np.zeros((0, 0), dtype), np.zeros((0, K), dtype), np.zeros((0,), dtype)
+    call, ref = EMPTY[name]
+    if kind == PLAIN:
+        got = call(*(jnp.asarray(x) for x in args))
+    else:
+        mesh = dropin.mesh(devices, kind)
+        got = call(*(dropin.place(x, h, mesh) for x, h in zip(args, (ROWS, REP, REP))))
+    got = jax.block_until_ready(got)
+    dropin.assert_close(got, ref(*dropin.promote(args)), dtype, 1, what=name)
+
+
+def test_empty_slogdet_values():
+    """sign 1 (a's dtype) and log|det| 0, as JAX."""
+    mesh = dropin.mesh(2)
+    sign, logabsdet = api.slogdet(dropin.place(np.zeros((0, 0), np.complex64), ROWS, mesh))
+    assert complex(sign) == 1 and float(logabsdet) == 0
+    assert np.asarray(sign).dtype == np.complex64 and np.asarray(logabsdet).dtype == np.float32
+
+
+def test_empty_matrix_under_jit():
+    mesh = dropin.mesh(2, "explicit")
+    a = dropin.place(np.zeros((0, 0), np.float64), ROWS, mesh)
+    b = dropin.place(np.zeros((0, K), np.float64), REP, mesh)
+    with dropin.jit_context(mesh):
+        x, (sign, logabsdet), w = jax.jit(
+            lambda a, b: (api.solve(a, b), api.slogdet(a), api.eigvalsh(a))
+        )(a, b)
+    assert np.asarray(x).shape == (0, K) and np.asarray(w).shape == (0,)
+    assert float(sign) == 1 and float(logabsdet) == 0
+
+
+# ---- the values-only SVD of a tall, thin matrix ------------------------------------------------
+
+TALL_THIN = (400_000, 2)
+
+
+def tall_thin(rng, dtype=np.float32):
+    return dropin.with_singular_values(rng, *TALL_THIN, [3.0, 1.0], dtype)
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_svd_values_only_needs_no_m_by_m_work(rng, devices):
+    """svd(t, compute_uv=False) of 400000 x 2: the compiled program's
+    temporary memory is at most two copies of t (a working copy to factor
+    in place, one gathered), where M x M would be 200000 times t's size."""
+    mesh = dropin.mesh(devices)
+    t = dropin.place(tall_thin(rng), ROWS, mesh)
+    with dropin.jit_context(mesh):
+        compiled = jax.jit(lambda t: api.svd(t, compute_uv=False)).lower(t).compile()
+    temp = compiled.memory_analysis().temp_size_in_bytes
+    size = np.dtype(np.float32).itemsize * TALL_THIN[0] * TALL_THIN[1]
+    assert temp <= 2 * size + 2**20, f"temp {temp} bytes for a {size}-byte matrix"
+
+
+@pytest.mark.parametrize("devices, kind", [(4, "auto"), (2, "explicit")])
+def test_svd_values_only_of_tall_thin(rng, devices, kind):
+    """The values themselves, eagerly (a 640 GB request fails here at once)."""
+    dtype = np.float32
+    t = tall_thin(rng, dtype)
+    s = api.svd(dropin.place(t, ROWS, dropin.mesh(devices, kind)), compute_uv=False)
+    want = np.linalg.svd(t.astype(np.float64), compute_uv=False)
+    dropin.assert_close(s, want, dtype, n=TALL_THIN[1], condition=3.0)
+
+
+# ---- tile_size inside shard_map -----------------------------------------------------------------
+
+SHARD_N, SHARD_DEVICES = 40, 4  # 10 local rows
+
+
+@pytest.mark.parametrize("tile", [3, 5], ids=["tile3-not-dividing", "tile5-dividing"])
+@pytest.mark.parametrize("routine", ["potrs", "potri"])
+def test_shard_map_tile_is_honoured_or_refused(rng, routine, tile):
+    """At N = 40 on 4 devices: the call inside shard_map (local blocks of 10
+    rows) equals the same call outside to rounding (4 eps of the largest
+    entry; a different tile moves a condition-1000 solve by ~40 eps), or
+    raises a ValueError naming tile_size. A dividing tile must work."""
+    dtype, mesh = np.float32, dropin.mesh(SHARD_DEVICES)
+    a = dropin.place(dropin.spd(rng, SHARD_N, dtype, 1e3), ROWS, mesh)
+    b = dropin.place(dropin.random(rng, (SHARD_N, K), dtype), REP, mesh)
+    if routine == "potrs":
+        outside = api.potrs(a, b, tile_size=tile)
+        block, out_spec = (lambda a, b: api.potrs(a, b, tile_size=tile)), P()
+    else:
+        outside = api.potri(a, tile_size=tile)
+        block, out_spec = (lambda a, b: api.potri(a, tile_size=tile)), P("x", None)
+    inside = jax.shard_map(
+        block, mesh=mesh, in_specs=(P("x", None), P()), out_specs=out_spec, check_vma=False
+    )
+    try:
+        got = np.asarray(inside(a, b))
+    except ValueError as error:
+        assert tile != 5, f"a dividing tile_size was refused: {error}"
+        assert "tile_size" in str(error), error
+        return
+    want = np.asarray(outside)
+    err = float(np.abs(got.astype(np.float64) - want).max())
+    assert err <= 4 * helpers.eps(dtype) * np.abs(want).max(), err
