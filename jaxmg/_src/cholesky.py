@@ -122,7 +122,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
         x, info = engine.potrs_blocks(a, b[:, None] if vector else b, placement, tile)
         x = x[:, 0] if vector else x
         return (x, info) if return_info else x
-    layout = dispatch.layout("potrs", n, placement, tile, backend)
+    layout = dispatch.layout("potrs", n, placement, tile, backend, dtype.itemsize)
     b_sharded = operators.is_row_sharded(b, placement)
     if donate:
         vector = b.ndim == 1
@@ -274,9 +274,10 @@ def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_inf
     if placement.manual:
         inv, info = engine.potri_blocks(a, placement, tile)
     elif donate:
-        inv, info = _potri_donating(a, layout=dispatch.layout("potri", n, placement, tile, backend))
+        inv, info = _potri_donating(
+            a, layout=dispatch.layout("potri", n, placement, tile, backend, a.dtype.itemsize))
     else:
-        layout = dispatch.layout("potri", n, placement, tile, backend)
+        layout = dispatch.layout("potri", n, placement, tile, backend, a.dtype.itemsize)
         plan = functools.partial(spd_inverse_program, layout=layout, with_info=return_info)
         return plans.keep(key, plan)(a)
     return (inv, info) if return_info else inv

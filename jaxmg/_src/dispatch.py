@@ -5,6 +5,9 @@ Layout carries it from there."""
 from __future__ import annotations
 
 
+import jax
+import jax.numpy as jnp
+
 from jaxmg._src import arguments, plans, processes
 from jaxmg._src.engines import base, mg, mp, native
 from jaxmg._src.placement import (
@@ -31,7 +34,16 @@ GPU_CROSSOVER = {"potrs": 24576, "potri": 24576, "syevd": 49152, "getrf": 16384}
 _BY_NAME = {"jaxmg": mg.ENGINE, "jax": native.ENGINE, "mp": mp.ENGINE}
 
 
-def choose(routine: str, n: int, placement: Placement, backend: str) -> base.Engine:
+# What JAX's own solver holds beside the matrix, in copies of it (on one
+# H200, float64: its Cholesky solve runs at N = 65536 and runs out of memory
+# at N = 81920 with 139 GiB, donated or not).
+NATIVE_COPIES = {"potrs": 2, "getrf": 2, "potri": 3, "syevd": 3}
+# Room left for XLA's own buffers and the solver's workspace.
+_MEMORY_MARGIN = 0.05
+
+
+def choose(routine: str, n: int, placement: Placement, backend: str,
+           itemsize: int | None = None) -> base.Engine:
     """The engine of this call. On CPU, auto always picks jaxmg (its purpose
     there is to run the multi-device protocol). On GPUs of one machine it
     picks cuSOLVERMg (faster than cuSOLVERMp there: LU 489 ms against 808 ms
@@ -93,8 +105,23 @@ def choose(routine: str, n: int, placement: Placement, backend: str) -> base.Eng
         mp.check(placement, routine)
         return mp.ENGINE
     if placement.n_devices == 1 or n < GPU_CROSSOVER[routine]:
-        return native.ENGINE
+        if itemsize is None or _native_fits(routine, n, itemsize, placement):
+            return native.ENGINE
     return mg.ENGINE
+
+
+def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> bool:
+    """Whether JAX's solver has room on every device of the call (which each
+    hold the whole matrix for it); unknown memory counts as room."""
+    needed = NATIVE_COPIES[routine] * n * n * itemsize
+    for device in axis_devices(placement, ""):
+        stats = device.memory_stats() if device.process_index == jax.process_index() else None
+        if not stats or "bytes_limit" not in stats:
+            continue
+        free = stats["bytes_limit"] * (1 - _MEMORY_MARGIN) - stats.get("bytes_in_use", 0)
+        if needed > free:
+            return False
+    return True
 
 
 def choose_rectangular(placement: Placement, backend: str, what: str) -> base.Engine:
@@ -120,9 +147,11 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
     return native.ENGINE
 
 
-def layout(routine: str, n: int, placement: Placement, tile: int | None, backend: str) -> base.Layout:
-    """The engine of this call and its layout of an order-n matrix."""
-    engine = choose(routine, n, placement, backend)
+def layout(routine: str, n: int, placement: Placement, tile: int | None, backend: str,
+           itemsize: int | None = None) -> base.Layout:
+    """The engine of this call and its layout of an order-n matrix (of
+    elements of `itemsize` bytes: auto then checks JAX's solver fits)."""
+    engine = choose(routine, n, placement, backend, itemsize)
     return base.layout(placement, n, engine.tile(routine, n, placement, tile), engine)
 
 
@@ -148,7 +177,7 @@ def matrix_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) ->
             "shard_map use jaxmg.potrs, jaxmg.potri or jaxmg.syevd on the blocks"
         )
     n = check_square(a, placement, "a")
-    return layout(routine, n, placement, tile, backend)
+    return layout(routine, n, placement, tile, backend, jnp.dtype(a.dtype).itemsize)
 
 
 def cached_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> base.Layout:

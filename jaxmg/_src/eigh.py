@@ -61,10 +61,11 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
     if placement.manual:
         w, v, info = engine.syevd_blocks(a, placement, tile, vectors)
     elif donate:
-        w, v, info = _syevd_donating(a, layout=dispatch.layout("syevd", n, placement, tile, backend),
+        w, v, info = _syevd_donating(a, layout=dispatch.layout("syevd", n, placement, tile, backend,
+                                                               a.dtype.itemsize),
                                      vectors=vectors)
     else:
-        layout = dispatch.layout("syevd", n, placement, tile, backend)
+        layout = dispatch.layout("syevd", n, placement, tile, backend, a.dtype.itemsize)
         plan = functools.partial(syevd_program, layout=layout, vectors=vectors,
                                  with_info=return_info)
         return plans.keep(key, plan)(a)
