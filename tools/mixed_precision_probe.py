@@ -38,28 +38,32 @@ from jaxmg._src.mixed import cholesky, lu, precision, refine, solvers  # noqa: E
 START = time.monotonic()
 
 # (update, block size, variant, panel_solve, panel), in the order they are
-# worth measuring: the first ones also run at the smaller sizes.
+# worth measuring. The programs are unrolled over the N / nb blocks and LU's
+# has O((N / nb)^2) operations, so the many-block ones (compile times of a
+# minute or more) come last.
 SPD_VARIANTS = [
     ("bf16", 2048, "left", "trsm", "float32"),
     ("bf16", 4096, "left", "trsm", "float32"),
     ("bf16", 2048, "left", "inverse", "float32"),
-    ("bf16", 1024, "left", "trsm", "float32"),
     ("bf16", 4096, "left", "inverse", "float32"),
+    ("tf32", 2048, "left", "trsm", "float32"),
     ("bf16", 4096, "right_full", "trsm", "float32"),  # the first sketch's form
     ("bf16", 2048, "right", "trsm", "float32"),
-    ("tf32", 2048, "left", "trsm", "float32"),
     ("bf16x3", 2048, "left", "trsm", "float32"),
     ("tf32x3", 2048, "left", "trsm", "float32"),
+    ("f64", 2048, "left", "trsm", "float64"),  # the blocked float64 factorisation
     ("bf16", 2048, "left", "trsm", "float64"),
+    ("bf16", 1024, "left", "trsm", "float32"),
 ]
 LU_VARIANTS = [
-    ("bf16", 2048, "right", "trsm", "float32"),
     ("bf16", 4096, "right", "trsm", "float32"),
-    ("bf16", 1024, "right", "trsm", "float32"),
-    ("bf16", 2048, "right_full", "trsm", "float32"),
+    ("bf16", 2048, "right", "trsm", "float32"),
+    ("bf16", 4096, "right", "inverse", "float32"),
+    ("bf16", 4096, "right_full", "trsm", "float32"),
+    ("tf32", 4096, "right", "trsm", "float32"),
+    ("bf16x3", 4096, "right", "trsm", "float32"),
     ("bf16", 2048, "right", "inverse", "float32"),
-    ("tf32", 2048, "right", "trsm", "float32"),
-    ("bf16x3", 2048, "right", "trsm", "float32"),
+    ("bf16", 1024, "right", "trsm", "float32"),
 ]
 SMALLER_SIZES_TAKE = 4  # the fastest variants at the first size, tried at the others
 FACTOR_TAKE = 5  # variants whose factorisation is also timed alone (first size only)
@@ -149,14 +153,15 @@ def native(kind: str, a, bs, repeats: int) -> dict:
     return rec
 
 
-def mixed(kind: str, a, bs, variant, repeats: int, with_factor: bool) -> dict:
+def mixed(kind: str, a, bs, variant, repeats: int, with_factor: bool, memory_without_fallback=False) -> dict:
     update, nb, order, panel_solve, panel = variant
     opts = dict(block_size=nb, update=update, variant=order, panel_solve=panel_solve, panel=panel)
     solve = solvers.spd_solve if kind == "spd" else solvers.general_solve
     factor = cholesky.cholesky if kind == "spd" else lu.lu
     rec = {"impl": "mixed", "update": update, "block_size": nb, "variant": order,
            "panel_solve": panel_solve, "panel": panel}
-    compile_s, times, out, (_, b), compiled = timed(lambda a, b: solve(a, b, **opts), [(a, b) for b in bs], repeats)
+    run = lambda a, b: solve(a, b, **opts)  # noqa: E731
+    compile_s, times, out, (_, b), compiled = timed(run, [(a, b) for b in bs], repeats)
     x, record = out
     rec.update({
         "time_s": statistics.median(times),
@@ -171,6 +176,9 @@ def mixed(kind: str, a, bs, variant, repeats: int, with_factor: bool) -> dict:
         "info": int(record.info),
     })
     rec.update(memory_copies(compiled, a.shape[0]))
+    if memory_without_fallback:  # what XLA reserves for the float64 fallback
+        lean = jax.jit(lambda a, b: solve(a, b, fallback=False, **opts)).lower(a, b).compile()
+        rec["temp_copies_without_fallback"] = memory_copies(lean, a.shape[0]).get("temp_copies")
     if with_factor:
         _, ftimes, (f, info), _, fcompiled = timed(lambda a: factor(a, **opts), [(a,)], repeats)
         rec["factor_s"] = statistics.median(ftimes)
@@ -201,7 +209,7 @@ def components(n: int, repeats: int) -> dict:
     x = jax.random.normal(key, (n, 1), jnp.float64)
     put("matvec_f64", lambda a, x: jnp.matmul(a, x, precision=jax.lax.Precision.HIGHEST), a, x)
     put("norms_f64", refine.norms, a)
-    for nb in (1024, 2048, 4096):
+    for nb in (nb for nb in (1024, 2048, 4096) if nb < n):
         d = a[:nb, :nb].astype(jnp.float32)
         c = a[nb:, :nb].astype(jnp.float32)
         l11 = jnp.linalg.cholesky(d)
@@ -264,7 +272,8 @@ def main() -> int:
     log(f"update precisions that compile here: {[u for u, ok in available.items() if ok]}")
     result = {"jax": jax.__version__, "device": device.device_kind, "available": available, "runs": []}
     if args.gemm_size:
-        result["gemm_tflops"] = gemm_rates(args.gemm_size, [u for u, ok in available.items() if ok and u != "f64"])
+        lowered = [u for u, ok in available.items() if ok and u != "f64"]
+        result["gemm_tflops"] = gemm_rates(args.gemm_size, lowered)
 
     if left(args.budget) > 60:
         result["components"] = components(sizes[0], args.repeats)
@@ -291,7 +300,8 @@ def main() -> int:
                 f"temp {base.get('temp_copies', float('nan')):.2f} copies")
             variants = SPD_VARIANTS if kind == "spd" else LU_VARIANTS
             if i > 0:
-                variants = fastest(result["runs"], sizes[0], kind, SMALLER_SIZES_TAKE) or variants[:SMALLER_SIZES_TAKE]
+                best = fastest(result["runs"], sizes[0], kind, SMALLER_SIZES_TAKE)
+                variants = best or variants[:SMALLER_SIZES_TAKE]
             for rank, v in enumerate(variants):
                 if not available.get(v[0], False):
                     continue
@@ -301,7 +311,8 @@ def main() -> int:
                     continue
                 try:
                     with_factor = i == 0 and rank < FACTOR_TAKE and left(args.budget) > 40
-                    rec = mixed(kind, a, bs, v, args.repeats, with_factor)
+                    lean = i == 0 and rank == 0
+                    rec = mixed(kind, a, bs, v, args.repeats, with_factor, memory_without_fallback=lean)
                 except Exception as e:  # noqa: BLE001
                     rec = {"impl": "mixed", "variant": list(v), "error": f"{type(e).__name__}: {e}"[:800]}
                     traceback.print_exc(limit=3)
@@ -318,7 +329,9 @@ def main() -> int:
                         f"factor {rec.get('factor_s', float('nan')):.4f}s it {rec['iterations']} "
                         f"gmres {rec['gmres']} fallback {rec['fallback']} berr {rec['berr']:.1e} "
                         f"(native {base.get('berr', float('nan')):.1e}) temp {rec.get('temp_copies', float('nan')):.2f} "
-                        f"copies, compile {rec['compile_s']:.1f}s")
+                        f"copies, compile {rec['compile_s']:.1f}s"
+                        + (f", temp without fallback {rec['temp_copies_without_fallback']:.2f} copies"
+                           if rec.get("temp_copies_without_fallback") is not None else ""))
             del a, bs
     result["peak_bytes_in_use"] = peak_bytes(device)
     os.makedirs(out_dir, exist_ok=True)

@@ -22,12 +22,15 @@ class Refinement(NamedTuple):
     """What a mixed-precision solve did, per column of b (shape b.shape[1:]):
 
     iterations: low-precision solves, the first included (the refinement's cost).
-    gmres: whether GMRES-IR ran. fallback: whether the float64 factorisation
-    solved the column. backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
+    gmres: whether GMRES-IR ran. fallback: the column did not converge and
+    the float64 factorisation solved it (with fallback=False: it is left to
+    the caller, x holding the best refined value). backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
     + ||b||_inf) of the returned x. factor_info: the low-precision
-    factorisation's info (its failing order, or 0). info: 0, or the float64
-    factorisation's info where the fallback ran and failed (the matrix is
-    not positive definite / singular: x is then NaN).
+    factorisation's info (its failing order, or 0). info: 0, or > 0 where the
+    fallback ran and the float64 factorisation failed too (the matrix is not
+    positive definite / singular: x is then NaN): LAPACK's order, except for
+    JAX's own Cholesky on one device, which does not report it (then
+    factor_info, or 1).
     """
 
     iterations: jax.Array
@@ -51,6 +54,7 @@ def spd_solve(
     max_iterations: int = 30,
     restart: int = 20,
     inner_tolerance: float = 1e-4,
+    fallback: bool = True,
     mesh=None,
     axis: str | None = None,
 ):
@@ -62,7 +66,10 @@ def spd_solve(
 
     Returns (x, Refinement). Columns are refined and judged separately;
     those that do not converge are solved by float64 Cholesky (then x is NaN
-    and info > 0 if `a` is not positive definite).
+    and info > 0 if `a` is not positive definite). fallback=False leaves them
+    to the caller (Refinement.fallback marks them): XLA reserves the float64
+    factorisation's memory (about one copy of `a`) whenever the program has
+    one, run or not, so a caller short of memory can run it apart.
     """
     return _front("spd", a, b, locals())
 
@@ -80,6 +87,7 @@ def general_solve(
     max_iterations: int = 30,
     restart: int = 20,
     inner_tolerance: float = 1e-4,
+    fallback: bool = True,
     mesh=None,
     axis: str | None = None,
 ):
@@ -87,7 +95,8 @@ def general_solve(
     from a low-precision LU with partial pivoting. b: (N,) or (N, K).
 
     Returns (x, Refinement). Columns that do not converge are solved by
-    float64 LU (x is NaN and info > 0 where U has an exactly zero pivot).
+    float64 LU (x is NaN and info > 0 where U has an exactly zero pivot);
+    fallback=False leaves them to the caller, as for spd_solve.
     """
     return _front("general", a, b, locals())
 
@@ -109,22 +118,25 @@ def _front(kind: str, a, b, args):
         variant=args["variant"], panel_solve=args["panel_solve"], variants=variants,
     )
     opts = rf.options(args["method"], args["max_iterations"], args["restart"], args["inner_tolerance"])
+    if not isinstance(args["fallback"], bool):
+        raise TypeError(f"fallback must be True or False, got {args['fallback']!r}")
     rows = placement.resolve(a, args["mesh"], args["axis"])
-    x, record = _solve(a, b.reshape(n, -1).astype(a.dtype), kind=kind, cfg=cfg, opts=opts, rows=rows)
+    b2 = b.reshape(n, -1).astype(a.dtype)
+    x, record = _solve(a, b2, kind=kind, cfg=cfg, opts=opts, fallback=args["fallback"], rows=rows)
     if b.ndim == 1:
         x = x[:, 0]
         record = Refinement(*(f[0] if f.ndim else f for f in record))
     return x, record
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "rows"))
-def _solve(a, b, *, kind, cfg, opts, rows):
+@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
+def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
-    body = functools.partial(_solve_body, kind=kind, cfg=cfg, opts=opts, rows=rows)
+    body = functools.partial(_solve_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback, rows=rows)
     return placement.call(rows, body, out_specs, a, b)
 
 
-def _solve_body(a, b, *, kind, cfg, opts, rows):
+def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
     anorm, floor = rf.norms(a)
     finite = jnp.isfinite(anorm) & (anorm > 0)
     scale = jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
@@ -145,14 +157,15 @@ def _solve_body(a, b, *, kind, cfg, opts, rows):
         matvec, precondition, b, anorm, floor, opts, start_ok=factor_info == 0
     )
 
-    def fallback(x):
-        x64, info = (_spd_fallback if kind == "spd" else _general_fallback)(a, b, anorm, floor, rows, cfg)
+    def fall_back(x):
+        solve64 = _spd_fallback if kind == "spd" else _general_fallback
+        x64, info = solve64(a, b, anorm, floor, rows, cfg, factor_info)
         x = jnp.where(converged, x, x64)
         return x, rf.backward_error(b - matvec(x), x, b, anorm), info
 
-    x, berr, info = lax.cond(
-        jnp.all(converged), lambda x: (x, berr, jnp.zeros((), jnp.int32)), fallback, x
-    )
+    info = jnp.zeros((), jnp.int32)
+    if fallback:
+        x, berr, info = lax.cond(jnp.all(converged), lambda x: (x, berr, info), fall_back, x)
     return rows.whole(x), Refinement(iterations, gmres, ~converged, berr, factor_info, info)
 
 
@@ -163,30 +176,25 @@ def _matvec(a, rows: placement.Rows, x):
 _FALLBACK_REFINEMENT = rf.Options(method="ir", max_iterations=4)
 
 
-def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config):
-    """Float64 Cholesky: JAX's own on one device (its info recovered by the
-    blocked float64 factorisation only when it failed), the blocked one at
-    float64 on row-sharded matrices (JAX's would gather the matrix); then a
-    few float64 refinement steps."""
-    nb = cfg.block_size
-    exact = blk.Config(nb, "f64", "float64", "left", "trsm")
+def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info):
+    """Float64 Cholesky: JAX's own on one device, the blocked one at float64
+    on row-sharded matrices (JAX's would gather the matrix); then a few
+    float64 refinement steps. JAX's does not report where it failed: the
+    low-precision factorisation's order stands in (1 if that one passed), as
+    jaxmg's JAX engine reports; the blocked one reports its own."""
     if rows.sharded:
+        exact = blk.Config(cfg.block_size, "f64", "float64", "left", "trsm")
         factor, info = chol._factor(a, jnp.ones((), anorm.dtype), cfg=exact, rows=rows)
         solve = functools.partial(chol._sweeps, factor)
     else:
         c = jsl.cho_factor(a, lower=True)
         failed = ~jnp.all(jnp.isfinite(jnp.diagonal(c[0]).real))
-        info = lax.cond(
-            failed,
-            lambda a: chol._factor(a, jnp.ones((), anorm.dtype), cfg=exact, rows=rows)[1],
-            lambda a: jnp.zeros((), jnp.int32),
-            a,
-        )
+        info = jnp.where(failed, jnp.maximum(factor_info, 1), 0).astype(jnp.int32)
         solve = functools.partial(jsl.cho_solve, c)
     return _fallback_solve(a, b, anorm, floor, rows, solve, info)
 
 
-def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config):
+def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info):
     """Float64 LU: JAX's own on one device, the blocked one at float64 on
     row-sharded matrices; then a few float64 refinement steps."""
     if rows.sharded:
