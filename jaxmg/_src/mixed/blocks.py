@@ -1,0 +1,127 @@
+"""Pieces shared by the blocked factorisations: the block partition, the
+working precision of the panels, option checks and the reporting of the
+first failing block."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxmg._src.mixed import precision
+
+PANELS = ("float32", "float64")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """How a matrix is factored (static: part of the jit key).
+
+    block_size: the panel width nb. update: the precision of the trailing
+    GEMMs (a key of precision.UPDATES). panel: the precision the panels are
+    factored and the factor stored in. variant: the order of the updates
+    (the routine's docstring lists its own). panel_solve: "trsm" computes the
+    off-diagonal block by a triangular solve at the panel's precision,
+    "inverse" as a GEMM at the update precision with the inverse of the
+    diagonal block.
+    """
+
+    block_size: int
+    update: str
+    panel: str
+    variant: str
+    panel_solve: str
+
+
+def config(dtype, *, block_size, update, panel, variant, panel_solve, variants) -> Config:
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    if panel not in PANELS:
+        raise ValueError(f"panel={panel!r} is not a panel precision; use one of {PANELS}")
+    if variant not in variants:
+        raise ValueError(f"variant={variant!r} is not known here; use one of {variants}")
+    if panel_solve not in ("trsm", "inverse"):
+        raise ValueError(f'panel_solve={panel_solve!r}: use "trsm" or "inverse"')
+    precision.check_update(update, work_dtype(dtype, panel))
+    return Config(block_size, update, panel, variant, panel_solve)
+
+
+def check_matrix(a, name: str = "a"):
+    shape = getattr(a, "shape", None)
+    if shape is None or len(shape) != 2 or shape[0] != shape[1]:
+        raise ValueError(f"{name} must be a square (N, N) matrix, got shape {shape}")
+    dtype = jnp.dtype(a.dtype)
+    if dtype not in (jnp.float32, jnp.float64, jnp.complex64, jnp.complex128):
+        raise TypeError(
+            f"{name} has dtype {dtype.name}; the mixed-precision solvers take float64 or "
+            "complex128 (float32/complex64 also factor): cast it first"
+        )
+
+
+def work_dtype(dtype, panel: str):
+    complex_ = jnp.issubdtype(dtype, jnp.complexfloating)
+    if panel == "float64":
+        return jnp.dtype(jnp.complex128 if complex_ else jnp.float64)
+    return jnp.dtype(jnp.complex64 if complex_ else jnp.float32)
+
+
+def partition(n: int, block_size: int) -> list[tuple[int, int]]:
+    """(offset, width) of each block: widths block_size, the last the rest."""
+    return [(o, min(block_size, n - o)) for o in range(0, n, block_size)]
+
+
+def offsets(widths) -> list[tuple[int, int]]:
+    out, o = [], 0
+    for w in widths:
+        out.append((o, w))
+        o += w
+    return out
+
+
+def inverse_lower(l, *, unit_diagonal: bool = False):
+    eye = jnp.eye(l.shape[0], dtype=l.dtype)
+    return lax.linalg.triangular_solve(l, eye, left_side=True, lower=True, unit_diagonal=unit_diagonal)
+
+
+def inverse_upper(u):
+    eye = jnp.eye(u.shape[0], dtype=u.dtype)
+    return lax.linalg.triangular_solve(u, eye, left_side=True, lower=False)
+
+
+@jax.tree_util.register_pytree_node_class
+@dataclasses.dataclass
+class FirstFailure:
+    """The first block whose diagonal factorisation failed: its offset + 1
+    (0: none yet) and the block itself, padded to nb x nb with the identity,
+    for a LAPACK-style order at the end."""
+
+    offset_plus_one: jax.Array
+    block: jax.Array
+
+    def tree_flatten(self):
+        return (self.offset_plus_one, self.block), None
+
+    @classmethod
+    def tree_unflatten(cls, _, children):
+        return cls(*children)
+
+    @classmethod
+    def none(cls, nb: int, dtype):
+        return cls(jnp.zeros((), jnp.int32), jnp.eye(nb, dtype=dtype))
+
+    def record(self, failed, offset: int, block):
+        nb, w = self.block.shape[0], block.shape[0]
+        padded = block if w == nb else jnp.eye(nb, dtype=block.dtype).at[:w, :w].set(block)
+        first = failed & (self.offset_plus_one == 0)
+        return FirstFailure(
+            jnp.where(first, offset + 1, self.offset_plus_one), jnp.where(first, padded, self.block)
+        )
+
+    def info(self, local_order):
+        """0, or the global order of the first failure; local_order(block)
+        runs only when a block failed."""
+        failed = self.offset_plus_one > 0
+        local = lax.cond(failed, local_order, lambda b: jnp.zeros((), jnp.int32), self.block)
+        return jnp.where(failed, self.offset_plus_one - 1 + local, 0).astype(jnp.int32)

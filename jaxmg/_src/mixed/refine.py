@@ -1,0 +1,265 @@
+"""Refinement of a low-precision solution to float64 accuracy.
+
+The residual is computed in the matrix's own precision (float64/complex128)
+against the original matrix, the correction with the low-precision factor:
+classic iterative refinement while it converges fast, then GMRES-IR
+(right-preconditioned restarted FGMRES in float64, the low-precision solve
+as the preconditioner; the flexible form keeps the preconditioned vectors,
+so a preconditioner that rounds does no harm).
+
+Stopping test, per column of B, on the normwise backward error
+(Rigal-Gaches) in the infinity norm, as LAPACK's refinement measures it:
+    berr = ||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf).
+A float64 residual is computed no more accurately than its rounding, about
+eps * max_i ||a_i||_2 ||x||_inf (a_i: row i of A; `floor` below is that over
+||A||_inf ||x||_inf), so no fixed multiple of eps is what the float64
+solver attains: for a matrix whose rows have entries of one size the floor
+is near eps / sqrt(N), far below eps at large N. A column is therefore
+refined until berr stops decreasing (a step that gains less than 10%, or
+less than half once within the tolerance), and accepted if it stopped
+there within sqrt(N) * floor, the role sqrt(N) * eps plays in LAPACK's
+dsposv. A step that gains less than half above that bound means slow
+convergence: classic refinement hands the column to GMRES-IR. A column
+that stops above the bound, or is still improving when the budget of
+low-precision solves runs out (unless already below `floor`), fails and
+goes to the caller's float64 fallback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+METHODS = ("ir", "gmres", "auto")
+_FLOOR_GAIN = 0.9  # a step keeping berr above 0.9x the last is at the floor
+_FAST_GAIN = 0.5  # classic refinement going slower than this hands over to GMRES
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """method: "ir" (classic refinement only), "gmres" (GMRES-IR only) or
+    "auto" (classic while it halves berr each step, then GMRES-IR for the
+    columns that slow down). max_iterations: the budget of low-precision
+    solves per column, the first included (0: straight to the fallback).
+    restart: the Krylov dimension of a GMRES cycle. inner_tolerance: a cycle
+    stops when it has reduced the correction's residual by this factor."""
+
+    method: str = "auto"
+    max_iterations: int = 30
+    restart: int = 20
+    inner_tolerance: float = 1e-4
+
+
+def options(method="auto", max_iterations=30, restart=20, inner_tolerance=1e-4) -> Options:
+    if method not in METHODS:
+        raise ValueError(f"method={method!r} is not a refinement method; use one of {METHODS}")
+    for name, value, low in (("max_iterations", max_iterations, 0), ("restart", restart, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    if not 0 < inner_tolerance < 1:
+        raise ValueError(f"inner_tolerance must lie in (0, 1), got {inner_tolerance!r}")
+    return Options(method, max_iterations, restart, float(inner_tolerance))
+
+
+def norms(a):
+    """(||A||_inf, the residual rounding estimate eps * max_i ||a_i||_2 /
+    ||A||_inf): one pass over A."""
+    row_abs = jnp.sum(jnp.abs(a), axis=1)
+    row_two = jnp.sqrt(jnp.sum(jnp.abs(a) ** 2, axis=1))
+    anorm = jnp.max(row_abs)
+    eps = jnp.finfo(a.dtype).eps
+    floor = eps * jnp.max(row_two) / jnp.where(anorm > 0, anorm, 1)
+    return anorm, floor
+
+
+def tolerance(n: int, floor):
+    """The largest backward error accepted at order n."""
+    return math.sqrt(max(n, 1)) * floor
+
+
+def backward_error(r, x, b, anorm):
+    """Per column: ||r||_inf / (||A||_inf ||x||_inf + ||b||_inf), 0 for b = 0."""
+    num = jnp.max(jnp.abs(r), axis=0)
+    den = anorm * jnp.max(jnp.abs(x), axis=0) + jnp.max(jnp.abs(b), axis=0)
+    return jnp.where(den > 0, num / jnp.where(den > 0, den, 1), jnp.where(num > 0, jnp.inf, 0))
+
+
+@jax.tree_util.register_dataclass
+@dataclasses.dataclass
+class _State:
+    x: jax.Array  # (N, K) the best x so far
+    r: jax.Array  # its residual
+    berr: jax.Array  # (K,) its backward error
+    active: jax.Array  # (K,) still being refined in this phase
+    handover: jax.Array  # (K,) left classic refinement for GMRES-IR
+    settled: jax.Array  # (K,) stopped at the floor, within the tolerance
+    iterations: jax.Array  # (K,) low-precision solves spent on the column
+    spent: jax.Array  # () the most any column spent
+
+
+def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
+    """Solves A x = b (b: (N, K)) to the float64 floor. matvec(X) = A X and
+    precondition(R) ~ A^{-1} R, both at b's precision. start_ok: False skips
+    everything (a failed factorisation): every column then fails.
+
+    Returns (x, iterations, gmres, converged, berr) per column: the
+    low-precision solves spent, whether GMRES-IR ran, whether it converged,
+    and the backward error of x.
+    """
+    n, k = b.shape
+    tol = tolerance(n, floor)
+    budget = opts.max_iterations
+    zero = jnp.zeros((k,), bool)
+    s = _State(
+        x=jnp.zeros_like(b),
+        r=b,
+        berr=jnp.where(jnp.any(b != 0, axis=0), 1.0, 0.0).astype(anorm.dtype),
+        active=start_ok & jnp.any(b != 0, axis=0),
+        handover=zero,
+        settled=zero,
+        iterations=jnp.zeros((k,), jnp.int32),
+        spent=jnp.zeros((), jnp.int32),
+    )
+    gmres = opts.method == "gmres"
+
+    def judge(s: _State, x_try, used, phase: str) -> _State:
+        r_try = b - matvec(x_try)
+        berr_try = backward_error(r_try, x_try, b, anorm)
+        take = s.active & (berr_try < s.berr)
+        gain = berr_try / jnp.where(s.berr > 0, s.berr, 1)
+        berr = jnp.where(take, berr_try, s.berr)
+        # Within the tolerance only a step that halves berr is worth another:
+        # the rest is the floor's noise (LAPACK's xGERFS stops the same way).
+        at_floor = ~(gain < _FLOOR_GAIN) | (berr == 0) | ((berr <= tol) & ~(gain <= _FAST_GAIN))
+        go_on = ~at_floor
+        handover = s.handover
+        if phase == "ir" and opts.method == "auto":
+            slow = ~(gain <= _FAST_GAIN) & ~(berr <= tol)
+            handover = handover | (s.active & (slow | (at_floor & ~(berr <= tol))))
+            go_on = go_on & ~slow
+        return _State(
+            x=jnp.where(take, x_try, s.x),
+            r=jnp.where(take, r_try, s.r),
+            berr=berr,
+            active=s.active & go_on,
+            handover=handover,
+            settled=s.settled | (s.active & at_floor & (berr <= tol)),
+            iterations=s.iterations + jnp.where(s.active, used, 0).astype(jnp.int32),
+            spent=s.spent + used,
+        )
+
+    def running(s: _State):
+        return jnp.any(s.active) & (s.spent < budget)
+
+    if not gmres:
+        one = jnp.ones((), jnp.int32)
+        s = lax.while_loop(running, lambda s: judge(s, s.x + precondition(s.r), one, "ir"), s)
+    if opts.method != "ir":
+        if opts.method == "auto":
+            s = dataclasses.replace(s, active=s.handover | (s.active & ~(s.berr <= tol)))
+        ran = s.active & (s.spent < budget)
+
+        def cycle(s: _State):
+            limit = jnp.minimum(opts.restart, budget - s.spent)
+            d, used = _fgmres(matvec, precondition, s.r, s.active, limit, opts)
+            return judge(s, s.x + d, used, "gmres")
+
+        s = lax.while_loop(running, cycle, s)
+    else:
+        ran = zero
+    converged = start_ok & (s.settled | (s.berr <= floor))
+    return s.x, s.iterations, ran, converged, s.berr
+
+
+def _fgmres(matvec, precondition, r, active, limit, opts: Options):
+    """One cycle of right-preconditioned flexible GMRES on A d = r for every
+    column at once (at most `limit` <= restart steps). Returns d and the
+    steps taken."""
+    n, k = r.shape
+    m = opts.restart
+    dtype = r.dtype
+    real = jnp.finfo(dtype).dtype
+    hi = lax.Precision.HIGHEST
+    beta = jnp.sqrt(jnp.sum(jnp.abs(r) ** 2, axis=0))
+    basis = jnp.zeros((m + 1, n, k), dtype).at[0].set(r / jnp.where(beta > 0, beta, 1).astype(dtype))
+    state = dict(
+        j=jnp.zeros((), jnp.int32),
+        basis=basis,
+        z=jnp.zeros((m, n, k), dtype),  # the preconditioned basis
+        h=jnp.zeros((k, m, m), dtype),  # R of the rotated Hessenberg matrix, by columns
+        g=jnp.zeros((k, m + 1), dtype).at[:, 0].set(beta.astype(dtype)),
+        cos=jnp.zeros((k, m), real),
+        sin=jnp.zeros((k, m), dtype),
+        running=active & (beta > 0),
+        steps=jnp.zeros((k,), jnp.int32),
+    )
+
+    def keep_going(st):
+        return (st["j"] < limit) & jnp.any(st["running"])
+
+    def step(st):
+        j = st["j"]
+        z = precondition(st["basis"][j])
+        w = matvec(z)
+        col = jnp.zeros((m + 1, k), dtype)
+        for _ in range(2):  # classical Gram-Schmidt, twice
+            c = jnp.einsum("ink,nk->ik", jnp.conj(st["basis"]), w, precision=hi)
+            w = w - jnp.einsum("ink,ik->nk", st["basis"], c, precision=hi)
+            col = col + c
+        h_next = jnp.sqrt(jnp.sum(jnp.abs(w) ** 2, axis=0))
+        basis = st["basis"].at[j + 1].set(w / jnp.where(h_next > 0, h_next, 1).astype(dtype))
+        col = col[:m].T  # (k, m), entries 0..j
+
+        def rotate(i, col):  # the earlier rotations, in order
+            c_, s_ = st["cos"][:, i], st["sin"][:, i]
+            a_, b_ = col[:, i], col[:, i + 1]
+            col = col.at[:, i].set(c_ * a_ + s_ * b_)
+            return col.at[:, i + 1].set(-jnp.conj(s_) * a_ + c_ * b_)
+
+        col = lax.fori_loop(0, j, rotate, col)
+        c_, s_, rho = _givens(col[:, j], h_next)
+        gj = st["g"][:, j]
+        g = st["g"].at[:, j].set(c_ * gj).at[:, j + 1].set(-jnp.conj(s_) * gj)
+        running = st["running"]
+        return dict(
+            j=j + 1,
+            basis=basis,
+            z=st["z"].at[j].set(z),
+            h=st["h"].at[:, :, j].set(col.at[:, j].set(rho)),
+            g=g,
+            cos=st["cos"].at[:, j].set(c_),
+            sin=st["sin"].at[:, j].set(s_),
+            running=running & (jnp.abs(g[:, j + 1]) > opts.inner_tolerance * beta),
+            steps=jnp.where(running, j + 1, st["steps"]),
+        )
+
+    st = lax.while_loop(keep_going, step, state)
+    y = _back_substitution(st["h"], st["g"][:, :m], st["steps"])
+    return jnp.einsum("jnk,kj->nk", st["z"], y, precision=hi), st["j"]
+
+
+def _back_substitution(h, g, steps):
+    """y with h[:s, :s] y[:s] = g[:s] per column (s = its steps), 0 beyond."""
+    m = h.shape[-1]
+
+    def row(t, y):
+        i = m - 1 - t
+        value = (g[:, i] - jnp.sum(h[:, i, :] * y, axis=1)) / jnp.where(h[:, i, i] != 0, h[:, i, i], 1)
+        return y.at[:, i].set(jnp.where((i < steps) & jnp.isfinite(value), value, 0))
+
+    return lax.fori_loop(0, m, row, jnp.zeros_like(g))
+
+
+def _givens(a, b):
+    """c (real), s, rho with [c s; -conj(s) c] [a; b] = [rho; 0], b >= 0 real."""
+    absa = jnp.abs(a)
+    rho_abs = jnp.hypot(absa, b)
+    safe = jnp.where(rho_abs > 0, rho_abs, 1)
+    phase = jnp.where(absa > 0, a / jnp.where(absa > 0, absa, 1).astype(a.dtype), 1)
+    c = jnp.where(rho_abs > 0, absa / safe, 1)
+    s = jnp.where(rho_abs > 0, phase * (b / safe).astype(a.dtype), 0)
+    return c, s, phase * rho_abs.astype(a.dtype)

@@ -1,0 +1,217 @@
+"""Solves at float64 accuracy from low-precision factorisations: factor
+(Cholesky or LU, trailing updates at the chosen precision), refine against
+the original matrix (jaxmg/_src/mixed/refine.py), and solve the columns
+that did not converge with a float64 factorisation, so that the answer is
+never less accurate than the float64 solver's."""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+from jax import lax
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, lu as lum, placement, refine as rf
+
+
+class Refinement(NamedTuple):
+    """What a mixed-precision solve did, per column of b (shape b.shape[1:]):
+
+    iterations: low-precision solves, the first included (the refinement's cost).
+    gmres: whether GMRES-IR ran. fallback: the column did not converge and
+    the float64 factorisation solved it (with fallback=False: it is left to
+    the caller, x holding the best refined value). backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
+    + ||b||_inf) of the returned x. factor_info: the low-precision
+    factorisation's info (its failing order, or 0). info: 0, or > 0 where the
+    fallback ran and the float64 factorisation failed too (the matrix is not
+    positive definite / singular: x is then NaN): LAPACK's order, except for
+    JAX's own Cholesky on one device, which does not report it (then
+    factor_info, or 1).
+    """
+
+    iterations: jax.Array
+    gmres: jax.Array
+    fallback: jax.Array
+    backward_error: jax.Array
+    factor_info: jax.Array
+    info: jax.Array
+
+
+def spd_solve(
+    a,
+    b,
+    *,
+    block_size: int = 2048,
+    update: str = "bf16",
+    panel: str = "float32",
+    variant: str = "left",
+    panel_solve: str = "trsm",
+    method: str = "auto",
+    max_iterations: int = 30,
+    restart: int = 20,
+    inner_tolerance: float = 1e-4,
+    fallback: bool = True,
+    mesh=None,
+    axis: str | None = None,
+):
+    """Solves a x = b for Hermitian positive-definite `a` (N x N, float64 or
+    complex128; the low-precision Cholesky reads its lower triangle, the
+    residuals use `a` as stored, so store both triangles) at float64
+    accuracy. b: (N,) or (N, K). Factor options as for
+    jaxmg._src.mixed.cholesky.cholesky, refinement options as refine.Options.
+
+    Returns (x, Refinement). Columns are refined and judged separately;
+    those that do not converge are solved by float64 Cholesky (then x is NaN
+    and info > 0 if `a` is not positive definite). fallback=False leaves them
+    to the caller (Refinement.fallback marks them): XLA reserves the float64
+    factorisation's memory (about one copy of `a`) whenever the program has
+    one, run or not, so a caller short of memory can run it apart.
+    """
+    return _front("spd", a, b, locals())
+
+
+def general_solve(
+    a,
+    b,
+    *,
+    block_size: int = 2048,
+    update: str = "bf16",
+    panel: str = "float32",
+    variant: str = "right",
+    panel_solve: str = "trsm",
+    method: str = "auto",
+    max_iterations: int = 30,
+    restart: int = 20,
+    inner_tolerance: float = 1e-4,
+    fallback: bool = True,
+    mesh=None,
+    axis: str | None = None,
+):
+    """Solves a x = b (a: N x N, float64 or complex128) at float64 accuracy
+    from a low-precision LU with partial pivoting. b: (N,) or (N, K).
+
+    Returns (x, Refinement). Columns that do not converge are solved by
+    float64 LU (x is NaN and info > 0 where U has an exactly zero pivot);
+    fallback=False leaves them to the caller, as for spd_solve.
+    """
+    return _front("general", a, b, locals())
+
+
+def _front(kind: str, a, b, args):
+    blk.check_matrix(a)
+    if jnp.finfo(a.dtype).bits != 64:
+        raise TypeError(
+            f"a has dtype {jnp.dtype(a.dtype).name}; the mixed-precision solves refine to "
+            "float64 accuracy and take float64 or complex128 (cast a first)"
+        )
+    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    n = a.shape[0]
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ValueError(f"b must have shape ({n},) or ({n}, K) to match a, got {tuple(b.shape)}")
+    variants = chol.VARIANTS if kind == "spd" else lum.VARIANTS
+    cfg = blk.config(
+        a.dtype, block_size=args["block_size"], update=args["update"], panel=args["panel"],
+        variant=args["variant"], panel_solve=args["panel_solve"], variants=variants,
+    )
+    opts = rf.options(args["method"], args["max_iterations"], args["restart"], args["inner_tolerance"])
+    if not isinstance(args["fallback"], bool):
+        raise TypeError(f"fallback must be True or False, got {args['fallback']!r}")
+    rows = placement.resolve(a, args["mesh"], args["axis"])
+    b2 = b.reshape(n, -1).astype(a.dtype)
+    x, record = _solve(a, b2, kind=kind, cfg=cfg, opts=opts, fallback=args["fallback"], rows=rows)
+    if b.ndim == 1:
+        x = x[:, 0]
+        record = Refinement(*(f[0] if f.ndim else f for f in record))
+    return x, record
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
+def _solve(a, b, *, kind, cfg, opts, fallback, rows):
+    out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
+    body = functools.partial(_solve_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback, rows=rows)
+    return placement.call(rows, body, out_specs, a, b)
+
+
+def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
+    anorm, floor = rf.norms(a)
+    finite = jnp.isfinite(anorm) & (anorm > 0)
+    scale = jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
+    if kind == "spd":
+        factor, factor_info = chol._factor(a, scale, cfg=cfg, rows=rows)
+        low_solve = chol._sweeps
+    else:
+        factor, factor_info = lum._factor(a, scale, cfg=cfg, rows=rows)
+        low_solve = lum._sweeps
+
+    def precondition(r):
+        s = jnp.max(jnp.abs(r), axis=0)
+        s = jnp.where(s > 0, s, 1)
+        return low_solve(factor, r / s).astype(r.dtype) * s
+
+    matvec = functools.partial(_matvec, a, rows)
+    x, iterations, gmres, converged, berr = rf.refine(
+        matvec, precondition, b, anorm, floor, opts, start_ok=factor_info == 0
+    )
+
+    def fall_back(x):
+        solve64 = _spd_fallback if kind == "spd" else _general_fallback
+        x64, info = solve64(a, b, anorm, floor, rows, cfg, factor_info)
+        x = jnp.where(converged, x, x64)
+        return x, rf.backward_error(b - matvec(x), x, b, anorm), info
+
+    info = jnp.zeros((), jnp.int32)
+    if fallback:
+        x, berr, info = lax.cond(jnp.all(converged), lambda x: (x, berr, info), fall_back, x)
+    return rows.whole(x), Refinement(iterations, gmres, ~converged, berr, factor_info, info)
+
+
+def _matvec(a, rows: placement.Rows, x):
+    return rows.row_product(a, x)
+
+
+_FALLBACK_REFINEMENT = rf.Options(method="ir", max_iterations=4)
+
+
+def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info):
+    """Float64 Cholesky: JAX's own on one device, the blocked one at float64
+    on row-sharded matrices (JAX's would gather the matrix); then a few
+    float64 refinement steps. JAX's does not report where it failed: the
+    low-precision factorisation's order stands in (1 if that one passed), as
+    jaxmg's JAX engine reports; the blocked one reports its own."""
+    if rows.sharded:
+        exact = blk.Config(cfg.block_size, "f64", "float64", "left", "trsm")
+        factor, info = chol._factor(a, jnp.ones((), anorm.dtype), cfg=exact, rows=rows)
+        solve = functools.partial(chol._sweeps, factor)
+    else:
+        c = jsl.cho_factor(a, lower=True)
+        failed = ~jnp.all(jnp.isfinite(jnp.diagonal(c[0]).real))
+        info = jnp.where(failed, jnp.maximum(factor_info, 1), 0).astype(jnp.int32)
+        solve = functools.partial(jsl.cho_solve, c)
+    return _fallback_solve(a, b, anorm, floor, rows, solve, info)
+
+
+def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info):
+    """Float64 LU: JAX's own on one device, the blocked one at float64 on
+    row-sharded matrices; then a few float64 refinement steps."""
+    if rows.sharded:
+        exact = blk.Config(cfg.block_size, "f64", "float64", "right", "trsm")
+        factor, info = lum._factor(a, jnp.ones((), anorm.dtype), cfg=exact, rows=rows)
+        solve = functools.partial(lum._sweeps, factor)
+    else:
+        lu_, piv = jsl.lu_factor(a)
+        diag = jnp.diagonal(lu_)
+        bad = (diag == 0) | ~jnp.isfinite(diag)
+        info = jnp.where(jnp.any(bad), 1 + jnp.argmax(bad), 0).astype(jnp.int32)
+        solve = functools.partial(jsl.lu_solve, (lu_, piv))
+    return _fallback_solve(a, b, anorm, floor, rows, solve, info)
+
+
+def _fallback_solve(a, b, anorm, floor, rows, solve, info):
+    matvec = functools.partial(_matvec, a, rows)
+    precondition = lambda r: solve(r).astype(r.dtype)  # noqa: E731
+    x, *_ = rf.refine(matvec, precondition, b, anorm, floor, _FALLBACK_REFINEMENT, start_ok=info == 0)
+    return jnp.where(info == 0, x, jnp.nan), info

@@ -1,0 +1,497 @@
+"""The mixed-precision solvers (jaxmg/_src/mixed): blocked factorisations
+with low-precision trailing updates (emulated on CPU with the rounding of
+the GPU presets), refinement to float64 accuracy, the float64 fallback, and
+row-sharded inputs on forced host CPU devices.
+
+Compiles dominate the run time here, so the solver cases share shapes and
+options (N=200, block 64, K=3) and are compiled once per dtype."""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+import numpy as np
+import pytest
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from scipy.linalg import lapack
+
+from helpers import hermitian, mesh, random_matrix, spd
+from jaxmg._src.mixed import blocks, cholesky, lu, placement, precision, refine, solvers
+
+CONDITIONS = (10.0, 1e4, 1e6)
+DTYPES = (np.float64, np.complex128)
+N, NB, K = 200, 64, 3  # shared by the solver cases: 64 does not divide 200
+
+
+def backward_error(a, x, b) -> np.ndarray:
+    """Per column ||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf), in NumPy."""
+    dtype = np.result_type(np.asarray(a).dtype, np.asarray(b).dtype)
+    a, x, b = (np.asarray(v, dtype) for v in (a, x, b))
+    x, b = x.reshape(len(a), -1), b.reshape(len(a), -1)
+    r = b - a @ x
+    den = np.abs(a).sum(1).max() * np.abs(x).max(0) + np.abs(b).max(0)
+    return np.abs(r).max(0) / den
+
+
+def fp64_spd(a, b):
+    return np.asarray(jsl.cho_solve(jsl.cho_factor(jnp.asarray(a), lower=True), jnp.asarray(b)))
+
+
+def fp64_general(a, b):
+    return np.asarray(jsl.lu_solve(jsl.lu_factor(jnp.asarray(a)), jnp.asarray(b)))
+
+
+def general(rng, n: int, dtype, condition: float) -> np.ndarray:
+    """U diag(s) V^H with singular values spread geometrically over [1/condition, 1]."""
+    u, _ = np.linalg.qr(random_matrix(rng, n, dtype))
+    v, _ = np.linalg.qr(random_matrix(rng, n, dtype))
+    s = np.geomspace(1.0, 1.0 / condition, n) if n > 1 else np.ones(1)
+    return ((u * s) @ v.conj().T).astype(dtype)
+
+
+def eps(dtype) -> float:
+    return float(np.finfo(dtype).eps)
+
+
+# --------------------------------------------------------------------------
+# Update precisions
+# --------------------------------------------------------------------------
+
+# Relative error bounds of one product with 40-term sums: the unit roundoff
+# of the parts (2^-8 BF16, 2^-11 TF32) times a small factor; x3 drops the
+# lo*lo terms (2^-16 for BF16), x6 keeps terms to 2^-24.
+BOUNDS = {"bf16": 2**-6, "bf16x3": 2**-13, "bf16x6": 2**-20, "tf32": 2**-9, "tf32x3": 2**-19,
+          "f32": 2**-20, "f64": 2**-48}
+
+
+@pytest.mark.parametrize("update", sorted(precision.UPDATES))
+def test_update_precision_rounds_like_its_format(rng, update):
+    x, y = rng.standard_normal((50, 40)), rng.standard_normal((30, 40))
+    dtype = jnp.float64 if update == "f64" else jnp.float32
+    got = precision.matmul(jnp.asarray(x, dtype), jnp.asarray(y, dtype), update, adjoint_y=True)
+    ref = x @ y.T
+    err = np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max()
+    assert err < BOUNDS[update]
+    if update in ("bf16", "tf32"):  # really rounded, not float32 in disguise
+        assert err > 2**-16
+
+
+@pytest.mark.parametrize("adjoint_y", [True, False])
+def test_complex_update_is_the_complex_product(rng, adjoint_y):
+    x = random_matrix(rng, 20, np.complex64, 12)
+    y = random_matrix(rng, 12, np.complex64, 12)
+    ref = x.astype(np.complex128) @ (y.conj().T if adjoint_y else y)
+    got = np.asarray(precision.matmul(jnp.asarray(x), jnp.asarray(y), "bf16x6", adjoint_y=adjoint_y))
+    assert np.abs(got - ref).max() / np.abs(ref).max() < BOUNDS["bf16x6"]
+
+
+def test_unknown_update_names_the_choices():
+    with pytest.raises(ValueError, match=r"update='fp8' is not a known precision; use one of"):
+        cholesky.cholesky(jnp.eye(4), update="fp8")
+
+
+def test_float64_updates_need_a_float64_panel():
+    with pytest.raises(ValueError, match='update="f64" needs panel="float64"'):
+        cholesky.cholesky(jnp.eye(4), update="f64")
+
+
+# --------------------------------------------------------------------------
+# Blocked Cholesky
+# --------------------------------------------------------------------------
+
+# (N, block size, dtype, variant): block sizes that divide N and that do not.
+CHOLESKY_CASES = [
+    (1, 4, np.float64, "left"),
+    (2, 1, np.complex128, "right"),
+    (7, 3, np.float64, "right_full"),
+    (64, 16, np.complex128, "left"),
+    (200, 64, np.float64, "right"),
+    (513, 128, np.float64, "left"),
+]
+
+
+@pytest.mark.parametrize("n,nb,dtype,variant", CHOLESKY_CASES)
+def test_cholesky_in_float64_matches_lapack(rng, n, nb, dtype, variant):
+    a = spd(rng, n, dtype, 100.0)
+    f, info = cholesky.cholesky(jnp.asarray(a), block_size=nb, update="f64", panel="float64", variant=variant)
+    lower = np.asarray(cholesky.dense(f))
+    assert int(info) == 0
+    assert np.array_equal(lower, np.tril(lower))
+    assert np.linalg.norm(lower - np.linalg.cholesky(a)) <= 100 * n * eps(dtype) * np.linalg.norm(lower)
+
+
+@pytest.mark.parametrize(
+    "variant,panel_solve", [("left", "trsm"), ("right", "inverse"), ("right_full", "trsm")]
+)
+def test_cholesky_error_is_the_update_precisions(rng, variant, panel_solve):
+    n = 96
+    a = spd(rng, n, np.float64, 10.0)
+    f, info = cholesky.cholesky(jnp.asarray(a), block_size=40, variant=variant, panel_solve=panel_solve)
+    lower = np.asarray(cholesky.dense(f), np.float64)
+    err = np.linalg.norm(lower @ lower.T - a) / np.linalg.norm(a)
+    assert int(info) == 0
+    assert 2**-14 < err < 2**-6  # BF16 products: worse than float32, as good as BF16
+
+
+@pytest.mark.parametrize("n,nb,dtype,variant", [CHOLESKY_CASES[3], CHOLESKY_CASES[4]])
+def test_cholesky_solve_applies_the_inverse(rng, n, nb, dtype, variant):
+    a = spd(rng, n, dtype, 100.0)
+    b = random_matrix(rng, n, dtype, 2)
+    f, _ = cholesky.cholesky(jnp.asarray(a), block_size=nb, update="f64", panel="float64", variant=variant)
+    x = np.asarray(cholesky.solve(f, jnp.asarray(b)))
+    assert np.linalg.norm(a @ x - b) / np.linalg.norm(b) < 100 * n * eps(dtype) * 100
+
+
+@pytest.mark.parametrize("variant", cholesky.VARIANTS)
+@pytest.mark.parametrize("where", [0, 64, 199])
+def test_cholesky_info_is_lapacks(rng, variant, where):
+    a = spd(rng, N, np.float64, 10.0)
+    a[where, where] = -1.0
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
+    expected = potrf(a, lower=True)[1]
+    f, info = cholesky.cholesky(jnp.asarray(a), block_size=NB, variant=variant)
+    assert int(info) == expected == where + 1
+
+
+def test_cholesky_info_of_an_indefinite_complex_matrix(rng):
+    a = hermitian(rng, N, np.complex128)
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
+    expected = potrf(a, lower=True)[1]
+    _, info = cholesky.cholesky(jnp.asarray(a), block_size=NB, update="f64", panel="float64")
+    assert expected > 0 and int(info) == expected
+
+
+def test_cholesky_under_jit_is_the_eager_factor(rng):
+    a = jnp.asarray(spd(rng, N, np.float64, 10.0))
+    eager, _ = cholesky.cholesky(a, block_size=NB)
+    traced, _ = jax.jit(lambda a: cholesky.cholesky(a, block_size=NB))(a)
+    np.testing.assert_array_equal(cholesky.dense(eager), cholesky.dense(traced))
+
+
+# --------------------------------------------------------------------------
+# Blocked LU
+# --------------------------------------------------------------------------
+
+LU_CASES = [
+    (1, 4, np.float64, "right"),
+    (2, 1, np.complex128, "right_full"),
+    (7, 3, np.float64, "right"),
+    (64, 16, np.complex128, "right"),
+    (200, 64, np.float64, "right_full"),
+    (513, 128, np.float64, "right"),
+]
+
+
+def lu_parts(f):
+    packed = np.asarray(lu.dense(f))
+    n = len(packed)
+    lower = np.tril(packed, -1) + np.eye(n)
+    return lower, np.triu(packed), np.asarray(f.permutation)
+
+
+@pytest.mark.parametrize("n,nb,dtype,variant", LU_CASES)
+def test_lu_in_float64_is_a_pivoted_factorisation(rng, n, nb, dtype, variant):
+    a = random_matrix(rng, n, dtype)
+    f, info = lu.lu(jnp.asarray(a), block_size=nb, update="f64", panel="float64", variant=variant)
+    lower, upper, perm = lu_parts(f)
+    assert int(info) == 0
+    assert sorted(perm) == list(range(n))
+    # partial pivoting; complex pivots maximise |Re| + |Im|, so |l| <= sqrt(2)
+    assert np.abs(lower).max() <= (np.sqrt(2) if np.iscomplexobj(a) else 1) + 1e-12
+    err = np.linalg.norm(a[perm] - lower @ upper) / np.linalg.norm(a)
+    assert err < 100 * n * eps(dtype)
+
+
+@pytest.mark.parametrize("n,nb,dtype,variant", [LU_CASES[3], LU_CASES[4]])
+def test_lu_solve_applies_the_inverse(rng, n, nb, dtype, variant):
+    a = general(rng, n, dtype, 100.0)
+    b = random_matrix(rng, n, dtype, 2)
+    f, _ = lu.lu(jnp.asarray(a), block_size=nb, update="f64", panel="float64", variant=variant)
+    x = np.asarray(lu.solve(f, jnp.asarray(b)))
+    assert np.linalg.norm(a @ x - b) / np.linalg.norm(b) < 100 * n * eps(dtype) * 100
+
+
+@pytest.mark.parametrize("panel_solve", ["trsm", "inverse"])
+def test_lu_error_is_the_update_precisions(rng, panel_solve):
+    n = 96
+    a = general(rng, n, np.float64, 10.0)
+    f, info = lu.lu(jnp.asarray(a), block_size=40, panel_solve=panel_solve)
+    lower, upper, perm = lu_parts(f)
+    err = np.linalg.norm(a[perm] - lower @ upper) / np.linalg.norm(a)
+    assert int(info) == 0
+    assert 2**-14 < err < 2**-5
+
+
+@pytest.mark.parametrize("where", [0, 100, 199])
+def test_lu_info_is_the_first_zero_pivot(rng, where):
+    a = random_matrix(rng, N, np.float64)
+    a[:, where] = 0.0
+    (getrf,) = lapack.get_lapack_funcs(("getrf",), (a,))
+    expected = getrf(a)[2]
+    _, info = lu.lu(jnp.asarray(a), block_size=NB)
+    assert int(info) == expected == where + 1
+
+
+# --------------------------------------------------------------------------
+# Solves at float64 accuracy
+# --------------------------------------------------------------------------
+
+
+def check_fp64_accurate(a, b, x, record, reference):
+    """The answer is as accurate as the float64 solver's (within 10x in
+    backward error), as measured here and as the record reports it (the two
+    differ by the rounding of the residual, which is all that is left)."""
+    ours, theirs = backward_error(a, x, b), backward_error(a, reference, b)
+    reported = np.asarray(record.backward_error).reshape(-1)
+    bound = 10 * np.maximum(theirs, eps(np.float64) / len(a))
+    assert np.all(ours <= bound) and np.all(reported <= bound)
+    assert int(record.info) == 0
+
+
+def right_hand_sides(rng, dtype):
+    """float64 cases take K = 3 columns, complex128 ones a vector (K = 1)."""
+    return random_matrix(rng, N, dtype, K) if dtype == np.float64 else random_matrix(rng, N, dtype, 1)[:, 0]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_spd_solve_is_fp64_accurate(rng, dtype):
+    for condition in CONDITIONS:
+        a = spd(rng, N, dtype, condition)
+        b = right_hand_sides(rng, dtype)
+        x, record = solvers.spd_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB)
+        assert x.shape == b.shape and record.backward_error.shape == b.shape[1:]
+        check_fp64_accurate(a, b, x, record, fp64_spd(a, b))
+        if condition == 10.0:  # BF16 updates refine well-conditioned systems without help
+            assert not np.any(record.fallback) and np.all(record.iterations >= 2)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_general_solve_is_fp64_accurate(rng, dtype):
+    for condition in CONDITIONS:
+        a = general(rng, N, dtype, condition)
+        b = right_hand_sides(rng, dtype)
+        x, record = solvers.general_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB)
+        assert x.shape == b.shape and record.iterations.shape == b.shape[1:]
+        check_fp64_accurate(a, b, x, record, fp64_general(a, b))
+        if condition == 10.0:
+            assert not np.any(record.fallback)
+
+
+@pytest.mark.parametrize("kind", ["spd", "general"])
+def test_ill_conditioned_systems_converge_or_fall_back(rng, kind):
+    """cond 1e8 with BF16 updates: GMRES-IR or the fallback, never a worse answer."""
+    a = spd(rng, N, np.float64, 1e8) if kind == "spd" else general(rng, N, np.float64, 1e8)
+    b = rng.standard_normal((N, K))
+    solve = solvers.spd_solve if kind == "spd" else solvers.general_solve
+    x, record = solve(jnp.asarray(a), jnp.asarray(b), block_size=NB)
+    check_fp64_accurate(a, b, x, record, (fp64_spd if kind == "spd" else fp64_general)(a, b))
+    assert np.all(np.asarray(record.fallback) | np.asarray(record.gmres))
+
+
+def test_indefinite_matrix_reports_lapacks_info(rng):
+    a = spd(rng, N, np.float64, 10.0)
+    a[150, 150] = -3.0
+    b = rng.standard_normal((N, K))
+    x, record = solvers.spd_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB)
+    assert int(record.factor_info) == 151 and int(record.info) == 151
+    assert np.all(record.fallback) and np.all(np.isnan(np.asarray(x)))
+
+
+def test_singular_matrix_reports_the_zero_pivot(rng):
+    a = random_matrix(rng, N, np.float64)
+    a[:, 30] = 0.0
+    x, record = solvers.general_solve(jnp.asarray(a), jnp.asarray(rng.standard_normal((N, K))), block_size=NB)
+    assert int(record.info) == 31 and np.all(np.isnan(np.asarray(x)))
+
+
+def test_no_iterations_means_the_fallback_answers(rng):
+    """(The SPD path's forced fallback runs sharded, below.)"""
+    a = general(rng, N, np.float64, 10.0)
+    b = rng.standard_normal((N, K))
+    x, record = solvers.general_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB, max_iterations=0)
+    assert np.all(record.fallback) and np.all(np.asarray(record.iterations) == 0)
+    check_fp64_accurate(a, b, x, record, fp64_general(a, b))
+
+
+def test_without_the_fallback_unconverged_columns_are_marked(rng):
+    a = spd(rng, 64, np.float64, 10.0)
+    b = rng.standard_normal((64, 2))
+
+    def solve(a, b):
+        return solvers.spd_solve(a, b, block_size=24, max_iterations=1, fallback=False)
+
+    x, record = solve(jnp.asarray(a), jnp.asarray(b))
+    assert np.all(record.fallback) and np.all(np.asarray(record.iterations) == 1)
+    assert int(record.info) == 0 and np.all(np.isfinite(np.asarray(x)))
+    np.testing.assert_allclose(record.backward_error, backward_error(a, x, b), rtol=0.5)
+    assert np.all(np.asarray(record.backward_error) > 1e-6)  # one BF16 solve: far from float64
+    traced_x, traced = jax.jit(solve)(jnp.asarray(a), jnp.asarray(b))
+    np.testing.assert_allclose(traced_x, x, rtol=1e-5)  # the same program, perhaps fused otherwise
+    np.testing.assert_allclose(traced.backward_error, record.backward_error, rtol=1e-3)
+
+
+def test_gmres_ir_refines_a_system_classic_refinement_finds_hard(rng):
+    """cond 1e4 with TF32 updates (u * cond ~ 5)."""
+    a = spd(rng, N, np.float64, 1e4)
+    b = rng.standard_normal((N, K))
+    x, record = solvers.spd_solve(
+        jnp.asarray(a), jnp.asarray(b), block_size=NB, update="tf32", method="gmres"
+    )
+    check_fp64_accurate(a, b, x, record, fp64_spd(a, b))
+    assert np.all(record.gmres) and not np.any(record.fallback)
+
+
+def few_outliers(rng, n: int):
+    """A (SPD, cond 10) and a preconditioner M^{-1} = (A + E)^{-1} whose
+    A M^{-1} has three eigenvalues far from 1 (E acts on three eigenvectors):
+    classic refinement diverges, GMRES needs a few steps."""
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    w = np.geomspace(1.0, 10.0, n)
+    a = (q * w) @ q.T
+    m = (q * np.concatenate([w[:3] * [0.1, 0.2, 8.0], w[3:]])) @ q.T
+    return a, np.linalg.inv(m)
+
+
+@pytest.mark.parametrize("method", ["ir", "gmres", "auto"])
+def test_gmres_ir_converges_where_classic_refinement_diverges(rng, method):
+    a, inverse = few_outliers(rng, 64)
+    b = rng.standard_normal((64, 2))
+    anorm, floor = refine.norms(jnp.asarray(a))
+    x, iterations, gmres, converged, berr = refine.refine(
+        lambda x: jnp.asarray(a) @ x, lambda r: jnp.asarray(inverse) @ r, jnp.asarray(b), anorm, floor,
+        refine.options(method), start_ok=jnp.asarray(True),
+    )
+    if method == "ir":
+        assert not np.any(converged) and not np.any(gmres)
+    else:
+        assert np.all(converged) and np.all(gmres)
+        reference = backward_error(a, np.linalg.solve(a, b), b)
+        assert np.all(backward_error(a, x, b) <= 10 * np.maximum(reference, 1e-18))
+
+
+def test_refine_stops_at_the_floor(rng):
+    """With an exact preconditioner, one solve reaches the float64 floor and
+    the next step (which gains nothing) ends the refinement."""
+    a = spd(rng, 64, np.float64, 10.0)
+    b = rng.standard_normal((64, 2))
+    anorm, floor = refine.norms(jnp.asarray(a))
+    inverse = jnp.asarray(np.linalg.inv(a))
+    x, iterations, gmres, converged, berr = refine.refine(
+        lambda x: jnp.asarray(a) @ x, lambda r: inverse @ r, jnp.asarray(b), anorm, floor,
+        refine.options("auto"), start_ok=jnp.asarray(True),
+    )
+    assert np.all(converged) and not np.any(gmres)
+    assert np.all((np.asarray(iterations) >= 1) & (np.asarray(iterations) <= 4))
+    assert np.all(np.asarray(berr) <= 4 * np.asarray(floor))
+
+
+# --------------------------------------------------------------------------
+# Row-sharded inputs (4 forced CPU devices)
+# --------------------------------------------------------------------------
+
+
+def sharded(x, axis_type):
+    m = mesh(4) if axis_type == AxisType.Explicit else jax.make_mesh((4,), ("x",), axis_types=(axis_type,))
+    return jax.device_put(jnp.asarray(x), NamedSharding(m, P("x", None))), m
+
+
+@pytest.mark.parametrize("axis_type,kind", [(AxisType.Explicit, "spd"), (AxisType.Explicit, "general"),
+                                            (AxisType.Auto, "spd")])
+def test_sharded_factors_match_and_stay_sharded(rng, axis_type, kind):
+    if kind == "spd":
+        a = spd(rng, N, np.float64, 10.0)
+        factor, dense, blocks = cholesky.cholesky, cholesky.dense, lambda f: f.below
+    else:
+        a = general(rng, N, np.float64, 10.0)
+        factor, dense, blocks = lu.lu, lu.dense, lambda f: f.columns
+    a_rows, m = sharded(a, axis_type)
+    one, info_one = factor(jnp.asarray(a), block_size=NB)
+    rows, info_rows = factor(a_rows, block_size=NB, mesh=m)
+    assert int(info_one) == int(info_rows) == 0
+    assert all(p.sharding.spec == P("x", None) for p in blocks(rows))
+    if kind == "general":
+        np.testing.assert_array_equal(rows.permutation, one.permutation)
+    np.testing.assert_allclose(dense(rows), dense(one), rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind,max_iterations", [("spd", 0), ("general", 30)])
+def test_sharded_solves_are_fp64_accurate(rng, kind, max_iterations):
+    """Refined (general) and forced to the sharded float64 fallback (SPD)."""
+    a = spd(rng, N, np.float64, 1e4) if kind == "spd" else general(rng, N, np.float64, 10.0)
+    b = rng.standard_normal((N, K))
+    a_rows, _ = sharded(a, AxisType.Explicit)
+    solve = solvers.spd_solve if kind == "spd" else solvers.general_solve
+    x, record = solve(a_rows, jnp.asarray(b), block_size=NB, max_iterations=max_iterations)
+    assert np.all(np.asarray(record.fallback) == (max_iterations == 0))
+    check_fp64_accurate(a, b, x, record, (fp64_spd if kind == "spd" else fp64_general)(a, b))
+
+
+def collective_sizes(hlo: str) -> list[int]:
+    """Element counts of every collective's result in compiled HLO text."""
+    sizes = []
+    ops = "all-gather|all-reduce|collective-permute|all-to-all"
+    pattern = r"= \(?(\w+)\[([\d,]*)\][^=]*?\b(" + ops + r")(-start)?\("
+    for match in re.finditer(pattern, hlo):
+        dims = [int(d) for d in match.group(2).split(",") if d]
+        sizes.append(int(np.prod(dims)) if dims else 1)
+    return sizes
+
+
+def test_sharded_programs_never_gather_the_matrix(rng):
+    """The programs of the sharded cases above (the same arguments: their
+    compiled forms come from the cache) move no more than a panel at once."""
+    a_rows, m = sharded(np.eye(N), AxisType.Explicit)
+    b = jnp.zeros((N, K))
+    rows = placement.resolve(a_rows)
+    scale = jnp.ones(())
+    programs = {}
+    for kind, module, variant in (("spd", cholesky, "left"), ("general", lu, "right")):
+        cfg = blocks.config(a_rows.dtype, block_size=NB, update="bf16", panel="float32", variant=variant,
+                            panel_solve="trsm", variants=module.VARIANTS)
+        factor = cholesky._cholesky if kind == "spd" else lu._lu
+        programs[kind] = factor.lower(a_rows, scale, cfg=cfg, rows=rows)
+        opts = refine.options(max_iterations=0 if kind == "spd" else 30)
+        programs[kind + " solve"] = solvers._solve.lower(
+            a_rows, b, kind=kind, cfg=cfg, opts=opts, fallback=True, rows=rows
+        )
+    for name, lowered in programs.items():
+        sizes = collective_sizes(lowered.compile().as_text())
+        assert sizes, f"{name}: no collectives found: is the program sharded at all?"
+        assert max(sizes) < N * N // 2, f"{name} moves {max(sizes)} elements at once (N^2 = {N * N})"
+
+
+# --------------------------------------------------------------------------
+# Bad arguments
+# --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({"block_size": 0}, "block_size must be a positive int"),
+        ({"panel": "float16"}, "panel='float16' is not a panel precision"),
+        ({"variant": "up"}, "variant='up' is not known here"),
+        ({"panel_solve": "qr"}, "panel_solve='qr'"),
+        ({"method": "newton"}, "method='newton' is not a refinement method"),
+        ({"max_iterations": -1}, "max_iterations must be an int >= 0"),
+        ({"restart": 0}, "restart must be an int >= 1"),
+        ({"inner_tolerance": 2.0}, r"inner_tolerance must lie in \(0, 1\)"),
+    ],
+)
+def test_bad_options_name_the_argument(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        solvers.spd_solve(jnp.eye(8), jnp.ones(8), **kwargs)
+
+
+def test_bad_operands_name_the_fix():
+    with pytest.raises(ValueError, match=r"a must be a square \(N, N\) matrix"):
+        solvers.general_solve(jnp.ones((4, 3)), jnp.ones(4))
+    with pytest.raises(ValueError, match=r"b must have shape \(4,\) or \(4, K\)"):
+        solvers.general_solve(jnp.eye(4), jnp.ones(5))
+    with pytest.raises(TypeError, match="take float64 or complex128"):
+        solvers.spd_solve(jnp.eye(4, dtype=jnp.float32), jnp.ones(4))
+    with pytest.raises(TypeError, match="fallback must be True or False"):
+        solvers.spd_solve(jnp.eye(4), jnp.ones(4), fallback="yes")
+    with pytest.raises(ValueError, match="pass axis= naming"):
+        solvers.spd_solve(jnp.eye(4), jnp.ones(4), mesh=jax.make_mesh((2, 2), ("a", "b")))
