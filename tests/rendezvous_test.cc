@@ -53,6 +53,7 @@ void CheckTimeoutNamesMissing() {
   for (const Status& s : statuses) {
     CHECK(!s.ok());
     CHECK(s.message().find("participants [1, 3] of 4") != std::string::npos);
+    CHECK(s.message().find("PJRT_NPROC") != std::string::npos);
   }
   // The stragglers fail at once and the meeting is then forgotten.
   auto start = std::chrono::steady_clock::now();

@@ -2,6 +2,7 @@
 inside their own shard_map with local blocks, on Auto-axes meshes, with NumPy
 inputs, single-device arrays, and with and without donating a."""
 
+import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -104,11 +105,16 @@ def test_eager_under_set_mesh(rng):
     assert helpers.residual(a, x, b) <= tol(n)
 
 
-def test_jit_without_mesh_says_how_to_fix(rng):
-    mesh = helpers.mesh(2)
-    a = helpers.rows(helpers.spd(rng, 8, DTYPE), mesh)
-    with pytest.raises(ValueError, match=r"cannot tell which devices a lives on.*jax.set_mesh"):
-        jax.jit(jaxmg.potri)(a)
+def test_jit_without_mesh_runs_jax_and_backend_jaxmg_says_how_to_fix(rng):
+    """Under jit an Auto-axis array does not show its devices: backend="auto"
+    runs JAX's solver (as jax.scipy would); backend="jaxmg" names the fixes."""
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=jax.devices()[:2])
+    a = helpers.spd(rng, 8, DTYPE)
+    a_dev = jax.device_put(a, NamedSharding(mesh, P("x", None)))
+    assert helpers.inverse_error(a, jax.jit(jaxmg.potri)(a_dev)) <= tol(8)
+    with pytest.raises(ValueError, match=r"backend='jaxmg' needs to know the devices.*jax.set_mesh"):
+        jax.jit(functools.partial(jaxmg.potri, backend="jaxmg"))(a_dev)
 
 
 def test_several_calls_in_one_jit(rng):

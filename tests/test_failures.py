@@ -110,6 +110,35 @@ def test_syevd_non_finite_input(rng, dtype):
     assert int(info) > 0 and np.isnan(np.asarray(w)).all()
 
 
+@pytest.mark.parametrize("n, tile", [(12, 2), (10, 4)], ids=["even", "padded"])
+@pytest.mark.parametrize("where", [(5, 1), (0, 9), (3, 3)], ids=["lower", "upper", "diagonal"])
+@pytest.mark.parametrize("value", [np.nan, np.inf], ids=["nan", "inf"])
+def test_non_finite_entry_fails_the_factorisations(rng, n, tile, where, value):
+    """A NaN or Inf anywhere in a, even one the factorisation does not read or
+    lets through, fails it with NaN results: info is the routine's own order
+    where it stopped there, else N + 1 (also when the engine pads the
+    matrix). The engine's leader checks the blocks where they live."""
+    mesh = helpers.mesh(2)
+    a = helpers.spd(rng, n, np.float64, 10.0)
+    a[where] = value
+    kw = dict(tile_size=tile, backend="jaxmg", mesh=mesh, spec=P("x", None))
+    b = np.ones((n, 2))
+
+    def failed(info):
+        return 0 < int(info) <= n + 1
+
+    x, info = jaxmg.potrs(a, b, return_info=True, **kw)
+    assert failed(info) and np.isnan(np.asarray(x)).all()
+    if where == (3, 3) and value == np.inf:  # Cholesky takes sqrt(inf) and goes on
+        assert int(info) == n + 1
+    inverse, info = jaxmg.potri(a, return_info=True, **kw)
+    assert failed(info) and np.isnan(np.asarray(inverse)).all()
+    assert failed(jaxmg.cho_factor(a, **kw).info)
+    assert failed(jaxmg.lu_factor(a, **kw).info)
+    w, info = jaxmg.syevd(a, compute_vectors=False, return_info=True, **kw)
+    assert int(info) > 0 and np.isnan(np.asarray(w)).all()  # LAPACK's count, or N + 1
+
+
 def test_failure_does_not_poison_next_call(rng):
     mesh = helpers.mesh(2)
     bad = helpers.hermitian(rng, 8, np.float64)
@@ -174,23 +203,20 @@ class TestBadMatrix:
         with pytest.raises(TypeError, match=r"a has dtype \w*16.*a\.astype\(jnp\.float32\)"):
             ROUTINES[routine](a)
 
-    def test_columns_sharded(self, routine, mesh2):
-        a = jax.device_put(np.eye(8), NamedSharding(mesh2, P(None, "x")))
-        with pytest.raises(ValueError, match=r"a is sharded along its columns"):
-            ROUTINES[routine](a)
-
-    def test_columns_sharded_spec(self, routine, mesh2):
-        with pytest.raises(ValueError, match=r"a is sharded along its columns"):
-            ROUTINES[routine](np.eye(8), mesh=mesh2, spec=P(None, "x"))
-
-    def test_replicated_on_several_devices(self, routine, mesh2):
-        a = helpers.replicated(np.eye(8), mesh2)
-        with pytest.raises(ValueError, match=r"a is not row-sharded over the 2-device mesh"):
-            ROUTINES[routine](a)
-
-    def test_no_placement_known(self, routine):
-        with pytest.raises(ValueError, match=r"cannot tell which devices a lives on"):
-            ROUTINES[routine](np.eye(8))
+    # Placements jax.scipy accepts are accepted: the result is the row-sharded input's.
+    @pytest.mark.parametrize("placement", ["columns", "columns_spec", "replicated", "numpy"])
+    def test_other_placements_give_the_row_sharded_result(self, routine, mesh2, placement):
+        a = np.diag(np.arange(1.0, 9.0))
+        want = ROUTINES[routine](helpers.rows(a, mesh2))
+        got = {
+            "columns": lambda: ROUTINES[routine](
+                jax.device_put(a, NamedSharding(mesh2, P(None, "x")))),
+            "columns_spec": lambda: ROUTINES[routine](a, mesh=mesh2, spec=P(None, "x")),
+            "replicated": lambda: ROUTINES[routine](helpers.replicated(a, mesh2)),
+            "numpy": lambda: ROUTINES[routine](a),
+        }[placement]()
+        for g, w in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
+            np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-12)
 
     @pytest.mark.parametrize("tile", [0, -1])
     def test_tile_not_positive(self, routine, a8, tile):

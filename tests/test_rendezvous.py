@@ -247,4 +247,5 @@ def test_missing_participant_times_out(monkeypatch, devices, callers, missing):
     message = str(raised.value)
     assert f"participants {missing} of {devices} did not reach call" in message, message
     assert "within 500 ms" in message, message
+    assert "set PJRT_NPROC to at least twice the number of devices" in message, message
     assert elapsed < 10, f"the error took {elapsed:.1f} s"

@@ -26,6 +26,7 @@ from jaxmg._src import (
     sharding,
     triangular,
 )
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement
 
@@ -70,6 +71,7 @@ class CholeskyFactor:
 # --------------------------------------------------------------------------
 
 
+@returns_ready_on_cpus
 def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
@@ -135,6 +137,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
     return plans.keep(key, plan)(a, b)
 
 
+@returns_ready_on_cpus
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None,
                mesh=None, spec=None, backend="auto", donate=False,
                on_failure="nan") -> CholeskyFactor:
@@ -159,6 +162,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     return dataclasses.replace(f, lower=lower) if lower else f
 
 
+@returns_ready_on_cpus
 def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """Solves A X = B with a Cholesky factor, like jax.scipy.linalg.cho_solve.
 
@@ -199,6 +203,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
                                        unit_diagonal=False)
 
 
+@returns_ready_on_cpus
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None,
              spec=None, backend="auto"):
     """The Cholesky factor of a symmetric/Hermitian positive-definite matrix,
@@ -232,6 +237,7 @@ def triangular_factor(f: CholeskyFactor):
                                      f.layout.row_spec) if f.lower else u
 
 
+@returns_ready_on_cpus
 def cho_logdet(c_and_a: CholeskyFactor):
     """log det A from :func:`cho_factor`'s result (real; NaN if A is not
     positive definite). Differentiable with respect to A."""
@@ -244,6 +250,7 @@ def cho_logdet(c_and_a: CholeskyFactor):
     return _spd_logdet(f.layout, f.a, plain.factor, plain.info)
 
 
+@returns_ready_on_cpus
 def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False):
     """Inverts a symmetric (Hermitian) positive-definite matrix via Cholesky.
@@ -316,7 +323,7 @@ def _no_grad(a):
 
 def _cholesky_impl(a, *, layout: Layout):
     factor, info = layout.engine.cholesky(a, layout)
-    return factor, failures.with_finite_check(a, info, layout.n)
+    return factor, layout.engine.finite_info(a, info, layout)
 
 
 _cholesky = jax.jit(_cholesky_impl, static_argnames=("layout",))
@@ -355,9 +362,8 @@ def _upper(factor, info, *, layout: Layout):
 
 
 def _potrs_impl(a, b, *, layout: Layout, b_sharded: bool):
-    info_finite = failures.with_finite_check(a, jnp.int32(0), layout.n)
     x, info, factor = layout.engine.potrs(a, b, layout, b_sharded)
-    info = jnp.where(info == 0, info_finite, info)
+    info = layout.engine.finite_info(a, info, layout)
     return failures.nan_where_failed(x, info), info, factor
 
 
@@ -368,7 +374,7 @@ _potrs_donating = jax.jit(_potrs_impl, static_argnames=("layout", "b_sharded"), 
 
 def _potri_impl(a, *, layout: Layout):
     inv, info = layout.engine.potri(a, layout)
-    info = failures.with_finite_check(a, info, layout.n)
+    info = layout.engine.finite_info(a, info, layout)
     return failures.nan_where_failed(inv, info), info
 
 

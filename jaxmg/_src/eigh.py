@@ -13,6 +13,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, batching, dispatch, failures, plans, sharding
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement
 
@@ -27,6 +28,7 @@ class EighResult(typing.NamedTuple):
 # --------------------------------------------------------------------------
 
 
+@returns_ready_on_cpus
 def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, backend="auto",
           return_info=False, donate=False):
     """Eigendecomposition ``a = V diag(w) V^H`` of a symmetric (Hermitian) matrix.
@@ -77,6 +79,7 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
 UPLOS = (None, "L", "U")
 
 
+@returns_ready_on_cpus
 def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
          tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
     """(eigenvalues ascending, eigenvectors as columns) like ``jnp.linalg.eigh``;
@@ -98,6 +101,7 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
                               on_failure))
 
 
+@returns_ready_on_cpus
 def eigvalsh(a, UPLO="L", *, symmetrize_input=True, tile_size=None, mesh=None, spec=None,
              backend="auto", on_failure="nan"):
     """Eigenvalues in ascending order, like ``jnp.linalg.eigvalsh`` (the
@@ -137,7 +141,11 @@ def _read(a, layout: Layout, read: str):
     `read` asks for: a's upper triangle, its lower one, or (a + a^H) / 2."""
     if read == "U" or layout.n == 0:
         return a
-    adjoint = sharding.constrain_result(jnp.conj(a).T, layout.placement, layout.row_spec)
+    adjoint = jnp.conj(a).T
+    if sharding.is_explicit(layout.placement):  # laid out as a is (rows, or 2-D blocks)
+        adjoint = jax.sharding.reshard(adjoint, jax.typeof(a).sharding)
+    else:
+        adjoint = sharding.constrain_result(adjoint, layout.placement, layout.row_spec)
     return adjoint if read == "L" else (a + adjoint) / 2
 
 
@@ -148,7 +156,7 @@ def _read(a, layout: Layout, read: str):
 
 def _syevd_impl(a, *, layout: Layout, vectors: bool):
     w, v, info = layout.engine.syevd(a, layout, vectors)
-    info = failures.with_finite_check(a, info, layout.n)
+    info = layout.engine.finite_info(a, info, layout)
     v = failures.nan_where_failed(v, info) if vectors else v
     return failures.nan_where_failed(w, info), v, info
 

@@ -18,6 +18,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, dispatch, sharding
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import mp, native
 from jaxmg._src.placement import resolve_placement
 from jaxmg._src.sharding import adjoint, matmul_highest
@@ -36,6 +37,7 @@ def _matrix(a, name="a"):
     return a, arguments.check_dtype(a, name)
 
 
+@returns_ready_on_cpus
 def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend="auto",
           return_info=False):
     """Least-squares solution of ``a @ x ~ b``, like ``jnp.linalg.lstsq``.
@@ -171,6 +173,7 @@ def _mp_lstsq_jvp(placement, primals, tangents):
     return (x, s, rank, info), (dx, jnp.zeros_like(s), zeros(rank), zeros(info))
 
 
+@returns_ready_on_cpus
 def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto", return_info=False):
     """QR decomposition ``a = q @ r``, like ``jnp.linalg.qr``.
 

@@ -11,6 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmg._src import arguments, batching, cholesky, dispatch, failures, lu, operators, plans
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.placement import eager_key
 
 ASSUME_A = ("gen", "sym", "her", "pos")
@@ -26,6 +27,7 @@ def _check_assume_a(assume_a):
         raise ValueError(f"jaxmg: assume_a must be 'gen', 'sym', 'her' or 'pos', got {assume_a!r}")
 
 
+@returns_ready_on_cpus
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
           check_finite=True, assume_a="gen", *, tile_size=None, mesh=None, spec=None,
           backend="auto", on_failure="nan"):
@@ -78,6 +80,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     return x
 
 
+@returns_ready_on_cpus
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
             method=None):
     """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky.
@@ -97,6 +100,7 @@ def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend=
                                      backend=backend))
 
 
+@returns_ready_on_cpus
 def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, spec=None,
         backend="auto"):
     """det a, like ``jax.scipy.linalg.det``, from an LU factorisation; its
@@ -110,6 +114,7 @@ def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, s
     return lu.det(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
 
 
+@returns_ready_on_cpus
 def inv(a, overwrite_a=False, check_finite=True, *, assume_a="gen", tile_size=None, mesh=None,
         spec=None, backend="auto", on_failure="nan"):
     """a's inverse like ``jnp.linalg.inv``, row-sharded like a. "pos": the

@@ -25,6 +25,7 @@ from jaxmg._src import (
     sharding,
     triangular,
 )
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import resolve_placement
@@ -73,6 +74,7 @@ TRANS = (0, 1, 2)
 # --------------------------------------------------------------------------
 
 
+@returns_ready_on_cpus
 def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, spec=None,
               backend="auto", donate=False, on_failure="nan") -> LUFactor:
     """LU factorisation with partial pivoting, kept sharded in the engine's
@@ -87,6 +89,7 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     return f
 
 
+@returns_ready_on_cpus
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     """Solves op(A) X = B, op(A) = A, A^T or A^H for trans = 0, 1, 2, like
     jax.scipy.linalg.lu_solve.
@@ -120,6 +123,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     return _solve_with_matrices(lu_, piv, b, placement, int(trans))
 
 
+@returns_ready_on_cpus
 def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None,
        spec=None, backend="auto"):
     """(p, l, u) with a = p @ l @ u, like jax.scipy.linalg.lu (permute_l:
@@ -200,7 +204,7 @@ def _no_grad(a):
 
 def _lu_impl(a, *, layout: Layout):
     lu_, piv, info = layout.engine.lu(a, layout)
-    return lu_, piv, failures.with_finite_check(a, info, layout.n)
+    return lu_, piv, layout.engine.finite_info(a, info, layout)
 
 
 _lu = jax.jit(_lu_impl, static_argnames=("layout",))

@@ -17,6 +17,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, dispatch, eigh, sharding
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import base, mp, native
 from jaxmg._src.placement import resolve_placement
 from jaxmg._src.sharding import adjoint as _ct, matmul_highest as _mm
@@ -117,6 +118,7 @@ def _check_side(a, side: str):
         )
 
 
+@returns_ready_on_cpus
 def polar(a, *, side="right", mesh=None, spec=None, backend="auto", return_info=False):
     """Polar decomposition ``a = u @ p`` (side "right") or ``a = p @ u`` (side "left").
 
@@ -213,6 +215,7 @@ class SVDResult(typing.NamedTuple):
     Vh: jax.Array
 
 
+@returns_ready_on_cpus
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None,
         backend="auto", return_info=False):
     """Singular value decomposition ``a = u @ diag(s) @ vh``, like ``jnp.linalg.svd``.

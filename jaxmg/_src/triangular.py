@@ -14,6 +14,7 @@ import jax.scipy.linalg as jsl
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, batching, operators, sharding
+from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.placement import Placement, resolve_placement
 
 TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2}
@@ -22,6 +23,7 @@ TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2}
 BACKENDS = ("auto", "jaxmg", "jax")
 
 
+@returns_ready_on_cpus
 def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_b=False,
                      debug=None, check_finite=True, *, mesh=None, spec=None, backend="auto"):
     """x with op(a) @ x = b for a triangular a, like

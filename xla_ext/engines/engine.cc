@@ -45,7 +45,25 @@ JAXMG_UNSUPPORTED_BY_DEFAULT(kRelayout, Relayout)
 #undef JAXMG_UNSUPPORTED_BY_DEFAULT
 
 template <typename T>
-Status Run(Engine<T>& engine, const Call& call, const Parts<T>& parts) {
+Status Engine<T>::AllFinite(const Call&, const Parts<T>&, bool* finite) {
+  *finite = true;
+  return Status::Ok();
+}
+
+template <typename T>
+Status Engine<T>::ReportNonFinite(const Call&, const Parts<T>&) {
+  return Status::Ok();
+}
+
+namespace {
+
+bool ReadsMatrix(Routine r) {
+  return r == Routine::kPotrs || r == Routine::kPotrf || r == Routine::kGetrf ||
+         r == Routine::kPotri || r == Routine::kSyevd;
+}
+
+template <typename T>
+Status Dispatch(Engine<T>& engine, const Call& call, const Parts<T>& parts) {
   switch (call.routine) {
     case Routine::kPotrs: return engine.Potrs(call, parts);
     case Routine::kPotrf: return engine.Potrf(call, parts);
@@ -58,6 +76,16 @@ Status Run(Engine<T>& engine, const Call& call, const Parts<T>& parts) {
     case Routine::kRelayout: return engine.Relayout(call, parts);
   }
   return Errorf("jaxmg: unknown routine ", static_cast<int>(call.routine));
+}
+
+}  // namespace
+
+template <typename T>
+Status Run(Engine<T>& engine, const Call& call, const Parts<T>& parts) {
+  bool finite = true;
+  if (ReadsMatrix(call.routine)) JAXMG_RETURN_IF_ERROR(engine.AllFinite(call, parts, &finite));
+  JAXMG_RETURN_IF_ERROR(Dispatch(engine, call, parts));
+  return finite ? Status::Ok() : engine.ReportNonFinite(call, parts);
 }
 
 #define JAXMG_INSTANTIATE(prefix, name, T, ...) \

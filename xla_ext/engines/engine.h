@@ -112,13 +112,22 @@ class Engine {
   virtual Status Qr(const Call& call, const Parts<T>& parts);         // reduced QR
   virtual Status Relayout(const Call& call, const Parts<T>& parts);   // the layout alone
 
+  // Whether every part's block of A is free of NaN and Inf, asked before a
+  // routine that reads A overwrites it. An engine that does not look leaves
+  // *finite true (the Python layer then checks).
+  virtual Status AllFinite(const Call& call, const Parts<T>& parts, bool* finite);
+  // Sets every part's info to N + 1 where the routine left 0 (A had a NaN
+  // or Inf entry that the routine let through).
+  virtual Status ReportNonFinite(const Call& call, const Parts<T>& parts);
+
  protected:
   // What an engine returns for a routine it does not offer.
   virtual const char* name() const = 0;
   Status Unsupported(Routine routine) const;
 };
 
-// Runs call.routine: the one dispatch from a routine to its method.
+// Runs call.routine: the one dispatch from a routine to its method. A
+// routine that reads A reports N + 1 in info where A is not finite.
 template <typename T>
 Status Run(Engine<T>& engine, const Call& call, const Parts<T>& parts);
 

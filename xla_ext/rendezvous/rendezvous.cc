@@ -54,7 +54,10 @@ std::string MissingMessage(const Meeting& m, const CallKey& key,
   }
   out << "] of " << m.n << " did not reach call " << key.call_id << " (run " << key.run_id
       << ") within " << timeout.count() << " ms. Every device of the mesh must execute the "
-      << "same jaxmg call; raise JAXMG_TIMEOUT_S if a device is merely slow.";
+      << "same jaxmg call; raise JAXMG_TIMEOUT_S if a device is merely slow. On CPU devices of "
+      << "one process a device is also kept away when jitted programs holding jaxmg calls are "
+      << "dispatched in a loop without waiting: wait for their results, or set PJRT_NPROC to at "
+      << "least twice the number of devices before JAX starts.";
   return out.str();
 }
 

@@ -5,6 +5,7 @@
 
 #include <complex>
 
+#include "xla_ext/common/scalar.h"
 #include "xla_ext/common/status.h"
 #include "xla_ext/vendor/cuda.h"
 #include "xla_ext/vendor/cuda_types.h"
@@ -13,18 +14,20 @@ namespace jaxmg::cublas {
 
 template <typename T>
 struct Entry;
-#define JAXMG_CUBLAS_ENTRY(T, X)                                      \
+// X: the letter of T's routines; XR: that of its absolute-sum routine.
+#define JAXMG_CUBLAS_ENTRY(T, X, XR)                                  \
   template <>                                                         \
   struct Entry<T> {                                                   \
     static constexpr auto kGeam = &cuda::Api::cublas##X##geam;        \
     static constexpr auto kGemm = &cuda::Api::cublas##X##gemm_v2;     \
     static constexpr auto kTrsm = &cuda::Api::cublas##X##trsm_v2;     \
     static constexpr auto kSwap = &cuda::Api::cublas##X##swap_v2;     \
+    static constexpr auto kAsum = &cuda::Api::cublas##XR##asum_v2;    \
   };
-JAXMG_CUBLAS_ENTRY(float, S)
-JAXMG_CUBLAS_ENTRY(double, D)
-JAXMG_CUBLAS_ENTRY(std::complex<float>, C)
-JAXMG_CUBLAS_ENTRY(std::complex<double>, Z)
+JAXMG_CUBLAS_ENTRY(float, S, S)
+JAXMG_CUBLAS_ENTRY(double, D, D)
+JAXMG_CUBLAS_ENTRY(std::complex<float>, C, Sc)
+JAXMG_CUBLAS_ENTRY(std::complex<double>, Z, Dz)
 #undef JAXMG_CUBLAS_ENTRY
 
 template <typename T>
@@ -66,6 +69,13 @@ Status Trsm(cublasHandle_t h, cublasFillMode_t uplo, cublasOperation_t op, cubla
 template <typename T>
 Status Swap(cublasHandle_t h, int n, T* x, int incx, T* y, int incy) {
   JAXMG_CUBLAS((cuda::api().*Entry<T>::kSwap)(h, n, R(x), incx, R(y), incy));
+  return Status::Ok();
+}
+
+// The sum of |re| + |im| over n elements (NaN or Inf if one of them is).
+template <typename T>
+Status Asum(cublasHandle_t h, int n, const T* x, Real<T>* result) {
+  JAXMG_CUBLAS((cuda::api().*Entry<T>::kAsum)(h, n, R(x), 1, result));
   return Status::Ok();
 }
 

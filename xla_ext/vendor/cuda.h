@@ -31,7 +31,8 @@ namespace jaxmg::cuda {
   X(cublasDgeam) X(cublasCgeam) X(cublasZgeam) X(cublasSgemm_v2) X(cublasDgemm_v2)    \
   X(cublasCgemm_v2) X(cublasZgemm_v2) X(cublasStrsm_v2) X(cublasDtrsm_v2)             \
   X(cublasCtrsm_v2) X(cublasZtrsm_v2) X(cublasSswap_v2) X(cublasDswap_v2)             \
-  X(cublasCswap_v2) X(cublasZswap_v2)
+  X(cublasCswap_v2) X(cublasZswap_v2) X(cublasSasum_v2) X(cublasDasum_v2)        \
+  X(cublasScasum_v2) X(cublasDzasum_v2)
 
 #define JAXMG_CUSOLVERMG_FUNCTIONS(X)                                                  \
   X(cusolverMgCreate) X(cusolverMgDestroy) X(cusolverMgDeviceSelect)                   \

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 
 from jax.sharding import PartitionSpec as P
 
+from jaxmg._src import failures
 from jaxmg._src.placement import Placement
 
 
@@ -27,6 +28,11 @@ class Engine:
     def tile(self, routine: str, n: int, placement: Placement, requested: int | None) -> int:
         """The layout's tile (or block) for `routine` on an order-n matrix."""
         return 0
+
+    def finite_info(self, a, info, layout):
+        """info, or N + 1 where a (the matrix the routine read) has a NaN or
+        Inf entry that the routine let through."""
+        return failures.with_finite_check(a, info, layout.n)
 
     # Cholesky
     def cholesky(self, a, layout):  # -> (factor, info)

@@ -1,6 +1,7 @@
 #include "xla_ext/engines/lapack/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <complex>
 #include <cstring>
 #include <limits>
@@ -320,6 +321,30 @@ Status LapackEngine<T>::Syevd(const Call& call, const Parts& parts) {
     }
   }
   PublishInfo(parts, status);
+  return Status::Ok();
+}
+
+template <typename T>
+Status LapackEngine<T>::AllFinite(const Call& call, const Parts& parts, bool* finite) {
+  const size_t elements = call.n * (call.n / call.parts);
+  auto is_finite = [](const T& v) {
+    if constexpr (kIsComplex<T>) {
+      return std::isfinite(v.real()) && std::isfinite(v.imag());
+    } else {
+      return std::isfinite(v);
+    }
+  };
+  *finite = std::all_of(parts.begin(), parts.end(), [&](const engines::Part<T>& p) {
+    return std::all_of(p.a(), p.a() + elements, is_finite);
+  });
+  return Status::Ok();
+}
+
+template <typename T>
+Status LapackEngine<T>::ReportNonFinite(const Call& call, const Parts& parts) {
+  for (const auto& p : parts) {
+    if (*p.info() == 0) *p.info() = static_cast<int32_t>(call.n + 1);
+  }
   return Status::Ok();
 }
 

@@ -29,6 +29,8 @@ class LapackEngine final : public engines::Engine<T> {
   Status Potri(const Call& call, const Parts& parts) override;
   Status Syevd(const Call& call, const Parts& parts) override;
   Status Relayout(const Call& call, const Parts& parts) override;
+  Status AllFinite(const Call& call, const Parts& parts, bool* finite) override;
+  Status ReportNonFinite(const Call& call, const Parts& parts) override;
 
  private:
   const char* name() const override { return "LAPACK"; }

@@ -1,12 +1,15 @@
 #include "xla_ext/engines/mg/engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <complex>
 #include <mutex>
 #include <vector>
 
 #include "xla_ext/common/dtypes.h"
 #include "xla_ext/engines/mg/solvers.h"
 #include "xla_ext/layout/block_cyclic.h"
+#include "xla_ext/vendor/cublas.h"
 #include "xla_ext/vendor/cuda.h"
 
 namespace jaxmg::mg {
@@ -191,6 +194,42 @@ Status MgEngine<T>::Syevd(const Call& call, const Parts& parts) {
                                       cudaMemcpyHostToDevice));
   }
   return PublishInfo(Infos(parts), info);
+}
+
+// A finite sum of absolute values proves every element finite; a sum that
+// is not (a NaN or Inf, or finite values beyond the largest float) is
+// settled element by element on the host.
+template <typename T>
+Status MgEngine<T>::AllFinite(const Call& call, const Parts& parts, bool* finite) {
+  constexpr int64_t kChunk = int64_t{1} << 26;
+  const int64_t elements = call.n * (call.n / call.parts);
+  DeviceGuard guard;
+  JAXMG_CUDA(cuda::api().cudaSetDevice(ctx_.devices()[0]));
+  std::vector<T> host;
+  *finite = true;
+  for (const auto& p : parts) {
+    for (int64_t first = 0; first < elements && *finite; first += kChunk) {
+      const int64_t count = std::min(kChunk, elements - first);
+      Real<T> sum = 0;
+      JAXMG_RETURN_IF_ERROR(cublas::Asum<T>(ctx_.blas(), static_cast<int>(count), p.a() + first, &sum));
+      if (std::isfinite(sum)) continue;
+      host.resize(count);
+      JAXMG_CUDA(cuda::api().cudaMemcpy(host.data(), p.a() + first, count * sizeof(T),
+                                        cudaMemcpyDeviceToHost));
+      *finite = std::all_of(host.begin(), host.end(), [](const T& v) {
+        return std::isfinite(std::real(v)) && std::isfinite(std::imag(v));
+      });
+    }
+  }
+  return Status::Ok();
+}
+
+template <typename T>
+Status MgEngine<T>::ReportNonFinite(const Call& call, const Parts& parts) {
+  int32_t info = 0;
+  DeviceGuard guard;
+  JAXMG_CUDA(cuda::api().cudaMemcpy(&info, parts[0].info(), sizeof(info), cudaMemcpyDeviceToHost));
+  return info == 0 ? PublishInfo(Infos(parts), static_cast<int32_t>(call.n + 1)) : Status::Ok();
 }
 
 #define JAXMG_INSTANTIATE(prefix, name, T, ...) template class MgEngine<T>;

@@ -32,6 +32,8 @@ class MgEngine final : public engines::Engine<T> {
   Status LuSolve(const Call& call, const Parts& parts) override;
   Status Potri(const Call& call, const Parts& parts) override;
   Status Syevd(const Call& call, const Parts& parts) override;
+  Status AllFinite(const Call& call, const Parts& parts, bool* finite) override;
+  Status ReportNonFinite(const Call& call, const Parts& parts) override;
 
  private:
   const char* name() const override { return "cuSOLVERMg"; }
