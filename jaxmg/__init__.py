@@ -11,6 +11,7 @@ from jaxmg._src.cholesky import (
 )
 from jaxmg._src.eigh import EighResult, eigh, eigvalsh, syevd
 from jaxmg._src.failures import LinAlgError
+from jaxmg._src.mixed.api import MixedFactor, RefinementInfo
 from jaxmg._src.least_squares import lstsq, qr
 from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
 from jaxmg._src.triangular import solve_triangular
@@ -23,6 +24,8 @@ __all__ = [
     "EighResult",
     "LUFactor",
     "LinAlgError",
+    "MixedFactor",
+    "RefinementInfo",
     "SlogdetResult",
     "cho_factor",
     "cho_logdet",

@@ -27,6 +27,7 @@ from jaxmg._src import (
     triangular,
 )
 from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement
 
@@ -73,7 +74,7 @@ class CholeskyFactor:
 
 @returns_ready_on_cpus
 def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
-          donate=False):
+          donate=False, precision="highest"):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
 
     Args:
@@ -94,11 +95,22 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
       return_info: also return LAPACK's info: 0 on success, k > 0 if the
         leading minor of order k is not positive definite.
       donate: let jaxmg reuse a's buffer (a is deleted); saves one copy of A.
+      precision: "highest" (the factorisation in a's precision) or "mixed"
+        (float64/complex128 only: a Cholesky with BF16 tensor-core updates,
+        refined against a to float64 accuracy, falling back to a float64
+        factorisation where refinement does not converge). With "mixed"
+        the info returned is a RefinementInfo (info, iterations, fallback,
+        backward_error, ...) and x comes back replicated.
 
     Returns:
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
     """
+    if mixed_api.check_precision(precision):
+        mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
+        return_info = arguments.check_flag(return_info, "return_info")
+        x, record = mixed_api.solve("spd", a, b, triangle="upper", mesh=mesh, spec=spec)
+        return (x, record) if return_info else x
     # Checked before the key: 2.0 == 2 and 1 == True must not find another's plan.
     tile = arguments.check_tile(tile_size)
     return_info = arguments.check_flag(return_info, "return_info")
@@ -140,7 +152,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
 @returns_ready_on_cpus
 def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None,
                mesh=None, spec=None, backend="auto", donate=False,
-               on_failure="nan") -> CholeskyFactor:
+               on_failure="nan", precision="highest") -> CholeskyFactor:
     """Cholesky factor of a symmetric/Hermitian positive-definite matrix, kept
     sharded in the engine's layout for :func:`cho_solve` and :func:`cho_logdet`.
 
@@ -150,9 +162,17 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     overwrite_a, check_finite: accepted for compatibility; ignored (donate=
     is jaxmg's way to give up a's buffer).
     donate: reuse a's buffer for the factor (a is deleted; no derivatives
-    with respect to a then). Other arguments as for :func:`jaxmg.potrs`.
+    with respect to a then). precision="mixed": a MixedFactor (the
+    low-precision factor and a) that cho_solve refines against a. Other
+    arguments as for :func:`jaxmg.potrs`.
     """
     del overwrite_a, check_finite
+    if mixed_api.check_precision(precision):
+        mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
+        failures.check_on_failure(on_failure)
+        lower = arguments.check_flag(lower, "lower")
+        return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
+                                spec=spec)
     failures.check_on_failure(on_failure)
     lower = arguments.check_flag(lower, "lower")
     donate = arguments.check_flag(donate, "donate")
@@ -175,6 +195,11 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """
     del overwrite_b, check_finite
     f = c_and_lower
+    if isinstance(f, mixed_api.MixedFactor):
+        if f.kind != "spd":
+            raise TypeError("jaxmg.cho_solve takes cho_factor's factor; this one is lu_factor's "
+                            "(solve with jaxmg.lu_solve)")
+        return mixed_api.solve_with(f, b)[0]
     if isinstance(f, CholeskyFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.factor.dtype, other="the factor")

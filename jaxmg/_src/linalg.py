@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from jaxmg._src import arguments, batching, cholesky, dispatch, failures, lu, operators, plans
 from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.placement import eager_key
 
 ASSUME_A = ("gen", "sym", "her", "pos")
@@ -30,7 +31,7 @@ def _check_assume_a(assume_a):
 @returns_ready_on_cpus
 def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
           check_finite=True, assume_a="gen", *, tile_size=None, mesh=None, spec=None,
-          backend="auto", on_failure="nan"):
+          backend="auto", on_failure="nan", precision="highest", return_info=False):
     """x with a @ x = b, like ``jax.scipy.linalg.solve``.
 
     a: (..., N, N), rows sharded over one mesh axis (or on one device); b:
@@ -39,8 +40,21 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     upper triangle) or "gen", "sym", "her" (LU with partial pivoting). x is
     NaN where the factorisation failed. overwrite_a, overwrite_b, debug and
     check_finite are accepted for compatibility and ignored.
+
+    precision: "highest" (factor in a's precision) or "mixed" (float64 /
+    complex128: factor on BF16 tensor cores, refine against a to float64
+    accuracy, fall back to float64 where refinement does not converge; x
+    comes back replicated). return_info: also return the factorisation's
+    info ("highest": an int32, 0 or LAPACK's code) or a RefinementInfo
+    ("mixed": info, iterations, fallback, backward_error per column).
     """
     del overwrite_a, overwrite_b, debug, check_finite
+    return_info = arguments.check_flag(return_info, "return_info")
+    if mixed_api.check_precision(precision):
+        return _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure,
+                            return_info)
+    if return_info:
+        return _solve_with_info(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure)
     tile = arguments.check_tile(tile_size)
     key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower)
     plan = plans.find(key)
@@ -78,6 +92,53 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
         x, info = lu.solve_gen(a, b, layout, b_sharded)
     failures.report(info, on_failure, failures.NOT_SPD if pos else failures.SINGULAR)
     return x
+
+
+def _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure, return_info):
+    _check_assume_a(assume_a)
+    failures.check_on_failure(on_failure)
+    lower = arguments.check_flag(lower, "lower")
+    mixed_api.check_options(tile_size=tile_size, backend=backend)
+    a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
+    pos = assume_a == "pos"
+    if a.ndim > 2 or b.ndim > 2:
+        vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
+        fn = functools.partial(_solve_mixed, lower=lower, assume_a=assume_a, tile_size=None,
+                               mesh=mesh, spec=spec, backend=backend, on_failure=on_failure,
+                               return_info=return_info)
+        return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
+    arguments.check_rank2(a, "a")
+    x, record = mixed_api.solve("spd" if pos else "general", a, b,
+                                triangle="lower" if lower else "upper", mesh=mesh, spec=spec)
+    failures.report(jnp.max(record.info), on_failure,
+                    failures.NOT_SPD if pos else failures.SINGULAR)
+    return (x, record) if return_info else x
+
+
+def _solve_with_info(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure):
+    """solve's (x, info) with the factorisation's info."""
+    _check_assume_a(assume_a)
+    failures.check_on_failure(on_failure)
+    a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
+    pos = assume_a == "pos"
+    if a.ndim > 2 or b.ndim > 2:
+        vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
+        fn = functools.partial(_solve_with_info, lower=lower, assume_a=assume_a,
+                               tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
+                               on_failure=on_failure)
+        return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
+    layout = dispatch.matrix_layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec,
+                                    backend, "solve")
+    b = operators.as_rhs(b, layout.n)
+    arguments.check_same_dtype(b, a.dtype)
+    b_sharded = operators.is_row_sharded(b, layout.placement)
+    if pos:
+        a = cholesky.upper_read(a, arguments.check_flag(lower, "lower"), layout)
+        x, info = cholesky.solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=True)
+    else:
+        x, info = lu.solve_gen(a, b, layout, b_sharded)
+    failures.report(info, on_failure, failures.NOT_SPD if pos else failures.SINGULAR)
+    return x, info
 
 
 @returns_ready_on_cpus

@@ -26,6 +26,7 @@ from jaxmg._src import (
     triangular,
 )
 from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import resolve_placement
@@ -76,11 +77,17 @@ TRANS = (0, 1, 2)
 
 @returns_ready_on_cpus
 def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, spec=None,
-              backend="auto", donate=False, on_failure="nan") -> LUFactor:
+              backend="auto", donate=False, on_failure="nan", precision="highest") -> LUFactor:
     """LU factorisation with partial pivoting, kept sharded in the engine's
     layout for :func:`lu_solve` and :func:`slogdet`; it unpacks as
-    jax.scipy's ``(lu, piv)``. Arguments as for :func:`jaxmg.cho_factor`."""
+    jax.scipy's ``(lu, piv)``. precision="mixed": a MixedFactor (BF16
+    tensor-core LU and a) that lu_solve refines against a. Arguments as for
+    :func:`jaxmg.cho_factor`."""
     del overwrite_a, check_finite
+    if mixed_api.check_precision(precision):
+        mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
+        failures.check_on_failure(on_failure)
+        return mixed_api.factor("general", a, mesh=mesh, spec=spec)
     failures.check_on_failure(on_failure)
     donate = arguments.check_flag(donate, "donate")
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
@@ -101,6 +108,11 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     del overwrite_b, check_finite
     f = lu_and_piv
     check_trans(trans)
+    if isinstance(f, mixed_api.MixedFactor):
+        if f.kind != "general":
+            raise TypeError("jaxmg.lu_solve takes lu_factor's factor; this one is cho_factor's "
+                            "(solve with jaxmg.cho_solve)")
+        return mixed_api.solve_with(f, b, int(trans))[0]
     if isinstance(f, LUFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.lu.dtype, other="the factor")

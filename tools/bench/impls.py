@@ -96,7 +96,7 @@ def mixed(task: Task, inputs: Inputs, settings: dict[str, Any], jaxmg) -> Impl:
     lower-precision factorisation refined to FP64 accuracy. Skipped, with the
     library's own message, where jaxmg.solve does not take these options."""
     kw: dict[str, Any] = {"assume_a": ASSUME_A[task.routine], "precision": "mixed",
-                          "return_info": True, "tile_size": settings["tile"]}
+                          "return_info": True}  # its panel width is its own: no tile_size
 
     def call(a, b):
         try:

@@ -149,9 +149,22 @@ def _group(device_ids: tuple[int, ...]) -> dict:
     return dict(
         group=group,
         n_ranks=np.int64(len(devices)),
-        local_ranks=np.array([r for r, _ in local], dtype=np.int64),
-        local_devices=np.array([int(d.local_hardware_id) for _, d in local], dtype=np.int64),
+        local_ranks=_dense([r for r, _ in local]),
+        local_devices=_dense([int(d.local_hardware_id) for _, d in local]),
     )
+
+
+def _dense(values):
+    """An int64 array attribute inside the grid dictionary. JAX makes a
+    top-level array attribute hashable itself but not one inside a
+    dictionary, and jaxpr parameters must hash (JAX 0.11): its own hashable
+    wrapper, which lowers to the same dense array."""
+    array = np.array(values, dtype=np.int64)
+    try:
+        from jax._src.hashable_array import HashableArray
+    except ImportError:  # older JAX: a plain array passes there
+        return array
+    return HashableArray(array)
 
 
 # jaxmg's names for cuSOLVERMp's solves: the library's potrs and getrs take a factor.

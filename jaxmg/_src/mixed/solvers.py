@@ -136,16 +136,48 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     return placement.call(rows, body, out_specs, a, b)
 
 
-def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
-    anorm, floor = rf.norms(a)
+def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows):
+    """The low-precision factorisation alone, for solving later with
+    solve_factored: (CholeskyFactor or LUFactor, its info)."""
+    factor = chol._cholesky if kind == "spd" else lum._lu
+    return factor(a, _scale(a), cfg=cfg, rows=rows)
+
+
+def solve_factored(kind: str, a, factor, factor_info, b, cfg: blk.Config, opts: rf.Options,
+                   fallback: bool, rows: placement.Rows):
+    """Refines solves of a x = b (b: (N, K)) with a factor from factorise:
+    (x, Refinement), as spd_solve / general_solve."""
+    return _solve_factored(a, factor, factor_info, b, kind=kind, cfg=cfg, opts=opts,
+                           fallback=fallback, rows=rows)
+
+
+@jax.jit
+def _scale(a):
+    """A power of two near 1 / ||A||_inf: the factorisation's inputs stay
+    within the low precision's range."""
+    anorm, _ = rf.norms(a)
     finite = jnp.isfinite(anorm) & (anorm > 0)
-    scale = jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
-    if kind == "spd":
-        factor, factor_info = chol._factor(a, scale, cfg=cfg, rows=rows)
-        low_solve = chol._sweeps
-    else:
-        factor, factor_info = lum._factor(a, scale, cfg=cfg, rows=rows)
-        low_solve = lum._sweeps
+    return jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
+def _solve_factored(a, factor, factor_info, b, *, kind, cfg, opts, fallback, rows):
+    out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
+    body = functools.partial(_refine_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback,
+                             rows=rows)
+    return placement.call(rows, body, out_specs, a, factor, factor_info, b)
+
+
+def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
+    factor_body = chol._factor if kind == "spd" else lum._factor
+    factor, factor_info = factor_body(a, _scale(a), cfg=cfg, rows=rows)
+    return _refine_body(a, factor, factor_info, b, kind=kind, cfg=cfg, opts=opts,
+                        fallback=fallback, rows=rows)
+
+
+def _refine_body(a, factor, factor_info, b, *, kind, cfg, opts, fallback, rows):
+    anorm, floor = rf.norms(a)
+    low_solve = chol._sweeps if kind == "spd" else lum._sweeps
 
     def precondition(r):
         s = jnp.max(jnp.abs(r), axis=0)

@@ -1,0 +1,254 @@
+"""precision="mixed" for the public solves (solve, potrs, cho_factor /
+cho_solve, lu_factor / lu_solve): the measured defaults, the factor that
+cho_solve and lu_solve refine against the original matrix, and derivatives.
+
+Derivatives go through jax.lax.custom_linear_solve: the refined solve is a
+loop that JAX cannot differentiate, but x = A^-1 b is differentiated
+implicitly (the tangent is another solve with the same matrix), so grad,
+jvp, vmap and jit behave as for the float64 solvers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src.mixed import blocks as blk, placement, refine as rf, solvers
+
+PRECISIONS = ("highest", "mixed")
+
+# Cholesky: the fastest variant measured on one H200 at N = 32768
+# (tools/mixed_precision_probe.py): BF16 trailing updates, float32 panels of
+# 2048 columns, left-looking, the off-diagonal blocks as GEMMs with the
+# inverse of the diagonal block. LU: right-looking, BF16 updates, panels of
+# 4096 columns (its program grows with (N / nb)^2 blocks, and so does its
+# compile time).
+SPD = dict(block_size=2048, update="bf16", panel="float32", variant="left", panel_solve="inverse")
+GENERAL = dict(block_size=4096, update="bf16", panel="float32", variant="right",
+               panel_solve="trsm")
+REFINEMENT = rf.options()
+
+RefinementInfo = solvers.Refinement
+
+
+def check_precision(precision) -> bool:
+    """Whether `precision` asks for the mixed-precision solvers."""
+    if not isinstance(precision, str) or precision not in PRECISIONS:
+        raise ValueError(
+            f"jaxmg: precision must be one of {PRECISIONS}, got {precision!r}: \"highest\" "
+            "factors in a's own precision, \"mixed\" factors float64 / complex128 matrices on "
+            "tensor cores and refines to float64 accuracy"
+        )
+    return precision == "mixed"
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=("a", "factor", "factor_info"),
+    meta_fields=("kind", "cfg", "rows"),
+)
+@dataclasses.dataclass(frozen=True)
+class MixedFactor:
+    """What cho_factor / lu_factor(precision="mixed") return: the
+    low-precision factor and the matrix the solves refine against.
+
+    info: the low-precision factorisation's (0, or where it failed; the
+    solves then fall back to float64).
+    """
+
+    a: jax.Array
+    factor: object
+    factor_info: jax.Array
+    kind: str
+    cfg: blk.Config
+    rows: placement.Rows
+
+    @property
+    def info(self):
+        return self.factor_info
+
+
+def _check(a, name="a"):
+    if jnp.finfo(a.dtype).bits != 64:
+        raise TypeError(
+            f"jaxmg: precision='mixed' refines to float64 accuracy and takes float64 or "
+            f"complex128 matrices; {name} has dtype {jnp.dtype(a.dtype).name} (use "
+            "precision='highest', or cast it first)"
+        )
+
+
+def _rows(a, mesh, spec) -> placement.Rows:
+    axis = None
+    if spec is not None and len(spec) and spec[0] is not None:
+        axis = spec[0]
+        if isinstance(axis, tuple) or any(s is not None for s in tuple(spec)[1:]):
+            raise ValueError(
+                f"jaxmg: precision='mixed' takes rows sharded over one mesh axis, P(axis, None); "
+                f"spec={spec} is not: reshard a first"
+            )
+    if mesh is not None and axis is None:
+        return placement.Rows()
+    return placement.resolve(a, mesh, axis)
+
+
+def check_options(*, tile_size=None, backend="auto", donate=False):
+    """The float64 solvers' options that have no meaning here, refused by name."""
+    if tile_size is not None:
+        raise ValueError(
+            "jaxmg: tile_size does not apply to precision='mixed' (its panels are "
+            f"{SPD['block_size']} columns wide); leave it out"
+        )
+    if backend != "auto":
+        raise ValueError(
+            f"jaxmg: precision='mixed' runs jaxmg's mixed-precision solver in JAX; backend="
+            f"{backend!r} names a float64 engine: leave backend out, or use precision='highest'"
+        )
+    if donate:
+        raise ValueError(
+            "jaxmg: precision='mixed' keeps a to refine against, so it cannot give a's buffer "
+            "away: leave donate out, or use precision='highest'"
+        )
+
+
+def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None) -> MixedFactor:
+    """The low-precision factorisation of a ("spd": Cholesky of the
+    Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
+    "general": LU)."""
+    a = jnp.asarray(a) if not isinstance(a, jax.Array) else a
+    blk.check_matrix(a)
+    _check(a)
+    rows = _rows(a, mesh, spec)
+    if kind == "spd":
+        a = _read(a, triangle != "lower", rows)
+    cfg = _config(kind, a.dtype)
+    f, info = solvers.factorise(kind, a, cfg, rows)
+    return MixedFactor(a, f, info, kind, cfg, rows)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
+def _read(a, upper: bool, rows: placement.Rows):
+    """The Hermitian matrix a's `upper` (or lower) triangle holds; its
+    derivative is a's own, as for the float64 solvers (which differentiate
+    the matrix as given, not the triangle they read)."""
+    return _hermitian(a, upper=upper, rows=rows)
+
+
+@_read.defjvp
+def _read_jvp(upper, rows, primals, tangents):
+    return _read(primals[0], upper, rows), tangents[0]
+
+
+@functools.partial(jax.jit, static_argnames=("upper", "rows"))
+def _hermitian(a, *, upper: bool, rows: placement.Rows):
+    """The refinement's residuals read all of A: the other triangle is
+    mirrored from the one the solve reads."""
+
+    def mirrored(a):
+        i = jax.lax.broadcasted_iota(jnp.int32, a.shape, 0)
+        j = jax.lax.broadcasted_iota(jnp.int32, a.shape, 1)
+        keep = (i <= j) if upper else (i >= j)
+        return rows.rows(jnp.where(keep, a, jnp.conj(rows.rows(a.T))))
+
+    return placement.call(rows, mirrored, P(rows.axis, None), a)
+
+
+def _config(kind, dtype):
+    from jaxmg._src.mixed import cholesky, lu
+
+    options, variants = (SPD, cholesky.VARIANTS) if kind == "spd" else (GENERAL, lu.VARIANTS)
+    return blk.config(dtype, variants=variants, **options)
+
+
+def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None):
+    """x with a x = b at float64 accuracy (replicated), and its RefinementInfo."""
+    return solve_with(factor(kind, a, triangle=triangle, mesh=mesh, spec=spec), b)
+
+
+def solve_with(f: MixedFactor, b, trans: int = 0):
+    """op(A) x = b (trans 0: A, 1: A^T, 2: A^H) with a MixedFactor, refined
+    against A; differentiable with respect to A and b."""
+    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    n = f.a.shape[0]
+    if b.ndim not in (1, 2) or b.shape[0] != n:
+        raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
+    if b.dtype != f.a.dtype:
+        raise TypeError(
+            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but the factor {jnp.dtype(f.a.dtype).name}; "
+            "cast b to the factor's dtype"
+        )
+    if trans not in (0, 1, 2) or isinstance(trans, bool):
+        raise ValueError(f"jaxmg: trans must be 0, 1 or 2, got {trans!r}")
+    b2 = b.reshape(n, -1)
+    x, record = _solve(f, b2, trans=trans)
+    if b.ndim == 1:
+        x = x[:, 0]
+        record = RefinementInfo(*(r[0] if r.ndim else r for r in record))
+    return x, record
+
+
+@functools.partial(jax.jit, static_argnames=("trans",))
+def _solve(f: MixedFactor, b, *, trans: int):
+    conj = jnp.iscomplexobj(f.a)
+    adjoint = trans == 2 or (trans == 1 and not conj)
+
+    def matvec(x):
+        return _product(f.a, f.rows, x)
+
+    def direct(_, rhs):  # A x = rhs
+        return _refined(f, rhs)
+
+    def transposed(_, rhs):  # A^T x = rhs: A conj(x) = conj(rhs) for Hermitian A
+        if f.kind == "spd":
+            x, record = _refined(f, jnp.conj(rhs))
+            return jnp.conj(x), record
+        return _refined(_transposed(f), rhs)
+
+    if trans == 0:
+        return jax.lax.custom_linear_solve(matvec, b, direct, transposed, has_aux=True)
+    # op(A) x = b as the transposed system of op(A)^T (A^T's solves are the direct ones' transposes).
+    rhs = jnp.conj(b) if adjoint and conj else b
+    x, record = jax.lax.custom_linear_solve(
+        lambda v: _transposed_product(f.a, f.rows, v), rhs, transposed, direct, has_aux=True
+    )
+    return (jnp.conj(x) if adjoint and conj else x), record
+
+
+def _refined(f: MixedFactor, b):
+    factor = jax.lax.stop_gradient(f.factor)
+    return solvers.solve_factored(f.kind, jax.lax.stop_gradient(f.a), factor, f.factor_info, b,
+                                  f.cfg, REFINEMENT, True, f.rows)
+
+
+def _transposed(f: MixedFactor) -> MixedFactor:
+    a_t = jax.lax.stop_gradient(f.a).T
+    if f.rows.sharded:
+        a_t = f.rows.rows(a_t) if not _explicit(f.rows) else jax.sharding.reshard(
+            a_t, jax.sharding.NamedSharding(f.rows.mesh, P(f.rows.axis, None)))
+    t, info = solvers.factorise(f.kind, a_t, f.cfg, f.rows)
+    return MixedFactor(a_t, t, info, f.kind, f.cfg, f.rows)
+
+
+def _explicit(rows: placement.Rows) -> bool:
+    types = dict(zip(rows.mesh.axis_names, rows.mesh.axis_types))
+    return types[rows.axis] == jax.sharding.AxisType.Explicit
+
+
+def _product(a, rows: placement.Rows, x):
+    if not rows.sharded:
+        return a @ x
+    return placement.call(rows, lambda a, x: rows.row_product(a, x), P(), a, x)
+
+
+def _transposed_product(a, rows: placement.Rows, x):
+    """A^T x, formed where A's rows live: conj(A^H conj(x))."""
+    conj = jnp.iscomplexobj(a)
+    x = jnp.conj(x) if conj else x
+    if rows.sharded:
+        y = placement.call(rows, lambda a, x: rows.row_product(a, x, adjoint_x=True), P(), a, x)
+    else:
+        y = jnp.conj(a).T @ x if conj else a.T @ x
+    return jnp.conj(y) if conj else y

@@ -1,0 +1,139 @@
+"""precision="mixed" through the public API: solve, potrs, cho_factor /
+cho_solve, lu_factor / lu_solve on plain and row-sharded arrays, the
+RefinementInfo they report, derivatives, jit and vmap, the float64 fallback
+on a matrix that is not positive definite, and the options refused by name."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import helpers
+import jaxmg
+
+N = 48
+
+
+def spd(rng, dtype=np.float64, n=N):
+    return helpers.spd(rng, n, dtype, 100.0)
+
+
+def general(rng, dtype=np.float64, n=N):
+    return helpers.random_matrix(rng, n, dtype, n) + n**0.5 * np.eye(n, dtype=dtype)
+
+
+def close(x, a, b, op=lambda a: a):
+    want = np.linalg.solve(op(a), b)
+    assert np.abs(np.asarray(x) - want).max() <= 1e-11 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_solve_reaches_float64_accuracy_and_reports_its_refinement(rng, dtype, assume_a):
+    a = spd(rng, dtype) if assume_a == "pos" else general(rng, dtype)
+    b = helpers.random_matrix(rng, N, dtype, 3)
+    x, info = jaxmg.solve(a, b, assume_a=assume_a, precision="mixed", return_info=True)
+    close(x, a, b)
+    assert isinstance(info, jaxmg.RefinementInfo)
+    assert np.asarray(info.iterations).shape == (3,) and (np.asarray(info.iterations) >= 1).all()
+    assert not np.asarray(info.fallback).any() and int(np.max(info.info)) == 0
+    assert (np.asarray(info.backward_error) <= 1e-15).all()
+
+
+def test_potrs_on_rows_sharded_over_two_devices(rng):
+    mesh = helpers.mesh(2)
+    a, b = spd(rng), helpers.random_matrix(rng, N, np.float64, 2)
+    x, info = jaxmg.potrs(helpers.rows(a, mesh), b, precision="mixed", return_info=True)
+    close(x, a, b)
+    assert not np.asarray(info.fallback).any()
+
+
+def test_cho_factor_reads_the_triangle_it_is_told(rng):
+    a, b = spd(rng), helpers.random_matrix(rng, N, np.float64, 2)
+    lower_only = np.tril(a) + np.triu(np.full_like(a, 7.0), 1)  # the other triangle is junk
+    f = jaxmg.cho_factor(lower_only, lower=True, precision="mixed")
+    assert isinstance(f, jaxmg.MixedFactor) and int(f.info) == 0
+    close(jaxmg.cho_solve(f, b), a, b)
+    close(jaxmg.cho_solve(f, b[:, 0]), a, b[:, 0])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("trans", [0, 1, 2])
+def test_lu_factor_and_lu_solve_in_every_op(rng, dtype, trans):
+    a, b = general(rng, dtype), helpers.random_matrix(rng, N, dtype, 2)
+    f = jaxmg.lu_factor(a, precision="mixed")
+    close(jaxmg.lu_solve(f, b, trans=trans), a, b, [lambda m: m, lambda m: m.T,
+                                                    lambda m: m.conj().T][trans])
+
+
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_derivatives_match_the_float64_solver(rng, assume_a):
+    a = spd(rng) if assume_a == "pos" else general(rng)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+
+    def loss(a, b, precision):
+        return jnp.sum(jaxmg.solve(a, b, assume_a=assume_a, precision=precision) ** 2)
+
+    got = jax.grad(loss, argnums=(0, 1))(a, b, "mixed")
+    want = jax.grad(loss, argnums=(0, 1))(a, b, "highest")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-12)
+
+
+def test_jit_and_vmap(rng):
+    a = spd(rng)
+    bs = helpers.random_matrix(rng, 4, np.float64, N)  # 4 right-hand sides, one per batch
+    solve = jax.jit(functools.partial(jaxmg.solve, assume_a="pos", precision="mixed"))
+    close(solve(a, bs[0]), a, bs[0])
+    xs = jax.vmap(lambda b: jaxmg.solve(a, b, assume_a="pos", precision="mixed"))(bs)
+    close(np.asarray(xs).T, a, bs.T)
+    batch = np.stack([a, 2 * a])
+    x = jaxmg.solve(batch, bs[:2], assume_a="pos", precision="mixed")
+    close(x[1], 2 * a, bs[1])
+
+
+def test_not_positive_definite_falls_back_and_fails_like_float64(rng):
+    a = spd(rng)
+    a[5, 5] = -1e3
+    b = helpers.random_matrix(rng, N, np.float64, 1)
+    x, info = jaxmg.solve(a, b, assume_a="pos", precision="mixed", return_info=True)
+    assert np.asarray(info.fallback).all() and int(np.max(info.info)) > 0
+    assert np.isnan(np.asarray(x)).all()
+    with pytest.raises(jaxmg.LinAlgError, match="not positive definite"):
+        jaxmg.solve(a, b, assume_a="pos", precision="mixed", on_failure="raise")
+
+
+def test_highest_precision_return_info(rng):
+    a, b = spd(rng), helpers.random_matrix(rng, N, np.float64, 2)
+    x, info = jaxmg.solve(a, b, assume_a="pos", return_info=True)
+    close(x, a, b)
+    assert int(info) == 0
+
+
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(precision="low"), ValueError, r"precision must be one of \('highest', 'mixed'\)"),
+        (dict(precision="mixed", tile_size=64), ValueError, r"tile_size does not apply"),
+        (dict(precision="mixed", backend="jaxmg"), ValueError, r"backend='jaxmg' names a float64"),
+        (dict(precision="mixed", donate=True), ValueError, r"cannot give a's buffer away"),
+    ],
+    ids=["unknown", "tile_size", "backend", "donate"],
+)
+def test_refused_options_name_the_argument(rng, kwargs, error, match):
+    a, b = spd(rng), np.ones(N)
+    with pytest.raises(error, match=match):
+        jaxmg.potrs(a, b, **kwargs)
+
+
+def test_single_precision_matrix_is_refused_with_the_fix(rng):
+    a = spd(rng).astype(np.float32)
+    with pytest.raises(TypeError, match=r"takes float64 or complex128.*float32.*precision='highest'"):
+        jaxmg.solve(a, np.ones(N, np.float32), assume_a="pos", precision="mixed")
+    f64 = jaxmg.cho_factor(spd(rng), precision="mixed")
+    with pytest.raises(TypeError, match=r"b has dtype float32 but the factor float64"):
+        jaxmg.cho_solve(f64, np.ones(N, np.float32))
+    with pytest.raises(TypeError, match=r"lu_solve takes lu_factor's factor"):
+        jaxmg.lu_solve(f64, np.ones(N))
