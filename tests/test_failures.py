@@ -233,6 +233,8 @@ class TestBadMatrix:
             ROUTINES[routine](np.eye(8), mesh=mesh2, spec=P("y", None))
 
     def test_rows_over_one_axis_of_a_two_dimensional_mesh(self, routine):
+        if len(jax.devices()) < 4:
+            pytest.skip(f"needs 4 devices, {len(jax.devices())} present")
         mesh = jax.make_mesh((2, 2), ("x", "y"), devices=jax.devices()[:4])
         with pytest.raises(ValueError, match=r"a's rows are sharded over \('x',\) only; .*"
                                              r"\(other axes \{'y': 2\} must have size 1\)"):

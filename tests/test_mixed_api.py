@@ -137,3 +137,21 @@ def test_single_precision_matrix_is_refused_with_the_fix(rng):
         jaxmg.cho_solve(f64, np.ones(N, np.float32))
     with pytest.raises(TypeError, match=r"lu_solve takes lu_factor's factor"):
         jaxmg.lu_solve(f64, np.ones(N))
+
+
+@pytest.mark.parametrize("cond", [1e4, 1e8, 1e12])
+def test_ill_conditioned_spd_reaches_the_float64_floor_or_falls_back(rng, cond):
+    """Whatever the conditioning, x is finite with a float64 backward error:
+    BF16 failing sends the factorisation to BF16x3, a refinement that stalls
+    (or a factor that is not finite) to GMRES-IR and the float64 fallback."""
+    n = 128
+    q, _ = np.linalg.qr(rng.standard_normal((n, n)))
+    a = (q * np.logspace(0, -np.log10(cond), n)) @ q.T
+    a = (a + a.T) / 2
+    b = rng.standard_normal((n, 2))
+    x, info = jaxmg.solve(a, b, assume_a="pos", precision="mixed", return_info=True)
+    x = np.asarray(x)
+    assert np.isfinite(x).all()
+    berr = np.abs(b - a @ x).max(0) / (np.abs(a).sum(1).max() * np.abs(x).max(0) + np.abs(b).max(0))
+    assert (berr <= 1e-15).all(), (berr, info)
+    assert (np.asarray(info.backward_error) <= 1e-15).all()

@@ -240,10 +240,14 @@ class Mg(base.Engine):
     def lu(self, a, layout):
         # A's row blocks read column-major are A^T: the engine is handed A^T's
         # row blocks (a transpose, an all-to-all), so that it factors A itself,
-        # P A = L U, as LAPACK and jax.scipy do.
+        # P A = L U, as LAPACK and jax.scipy do. Over several processes it
+        # factors A^T as the rows hold it: the all-to-all would be an XLA
+        # collective, which ranks sharing a GPU cannot run and which would not
+        # end with jaxmg's faults; such a factor solves, but does not unpack.
         spec = layout.row_spec
         n_devices = layout.placement.n_devices
-        a = sharding.constrain_result(jnp.transpose(a), layout.placement, spec)
+        if not _spans_processes(layout.placement):
+            a = sharding.constrain_result(jnp.transpose(a), layout.placement, spec)
 
         def body(block):
             results = (
@@ -264,14 +268,22 @@ class Mg(base.Engine):
         # A^H X = B is A^T conj(X) = conj(B).
         conj = trans == 2 and jnp.iscomplexobj(b)
         rhs = jnp.conj(b) if conj else b
+        factored_a = not _spans_processes(layout.placement)  # else A^T (see lu)
         x, b_spec = _solve_blocks("lusolve", (lu, piv, rhs), layout, b_sharded,
-                                  trans=1 if trans == 0 else 0)
+                                  trans=int((trans == 0) == factored_a))
         x = jnp.conj(x) if conj else x
         return sharding.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
 
     def lu_matrices(self, lu, piv, layout):
         # The factor read row-major is (L U)^T with rows block-cyclic.
         placement, n = layout.placement, layout.n
+        if _spans_processes(placement):
+            raise ValueError(
+                "jaxmg: an LU factor over several processes is A^T's (the transpose to factor "
+                "A itself would need an XLA collective), so it does not unpack into "
+                "jax.scipy's (lu, piv); solve with it by jaxmg.lu_solve, or factor with "
+                "backend='jax' to unpack"
+            )
         lu_t = _contiguous_rows(lu, layout)
         lu_ = sharding.constrain(jnp.transpose(lu_t), placement, layout.row_spec)
         n_dev, t = placement.n_devices, layout.tile
@@ -326,6 +338,13 @@ class Mg(base.Engine):
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.
         return w, (vh if vectors else None), info[0]
+
+
+def _spans_processes(placement: Placement) -> bool:
+    mesh = placement.mesh
+    if isinstance(mesh, jax.sharding.Mesh):
+        return len({d.process_index for d in mesh.devices.flat}) > 1
+    return jax.process_count() > 1 and placement.n_devices > jax.local_device_count()
 
 
 ENGINE = Mg()

@@ -24,12 +24,16 @@ PRECISIONS = ("highest", "mixed")
 # Cholesky: the fastest variant measured on one H200 at N = 32768
 # (tools/mixed_precision_probe.py): BF16 trailing updates, float32 panels of
 # 2048 columns, left-looking, the off-diagonal blocks as GEMMs with the
-# inverse of the diagonal block. LU: right-looking, BF16 updates, panels of
-# 4096 columns (its program grows with (N / nb)^2 blocks, and so does its
-# compile time).
+# inverse of the diagonal block; where BF16 cannot factor the matrix (cond
+# beyond about 1e3) it factors again with BF16x3 updates (float32-like
+# accuracy on tensor cores). LU: BF16's pivot growth left refinement at 22-30
+# steps even at cond 10 (docs/benchmarks.md), so BF16x3 from the start;
+# right-looking, panels of 4096 columns (its program grows with (N / nb)^2
+# blocks, and so does its compile time).
 SPD = dict(block_size=2048, update="bf16", panel="float32", variant="left", panel_solve="inverse")
-GENERAL = dict(block_size=4096, update="bf16", panel="float32", variant="right",
+GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
                panel_solve="trsm")
+RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
 
 RefinementInfo = solvers.Refinement
@@ -125,7 +129,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None) -
     if kind == "spd":
         a = _read(a, triangle != "lower", rows)
     cfg = _config(kind, a.dtype)
-    f, info = solvers.factorise(kind, a, cfg, rows)
+    f, info = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE)
     return MixedFactor(a, f, info, kind, cfg, rows)
 
 
@@ -228,7 +232,7 @@ def _transposed(f: MixedFactor) -> MixedFactor:
     if f.rows.sharded:
         a_t = f.rows.rows(a_t) if not _explicit(f.rows) else jax.sharding.reshard(
             a_t, jax.sharding.NamedSharding(f.rows.mesh, P(f.rows.axis, None)))
-    t, info = solvers.factorise(f.kind, a_t, f.cfg, f.rows)
+    t, info = solvers.factorise(f.kind, a_t, f.cfg, f.rows, retry=RETRY_UPDATE)
     return MixedFactor(a_t, t, info, f.kind, f.cfg, f.rows)
 
 

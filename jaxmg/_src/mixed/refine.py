@@ -82,10 +82,12 @@ def tolerance(n: int, floor):
 
 
 def backward_error(r, x, b, anorm):
-    """Per column: ||r||_inf / (||A||_inf ||x||_inf + ||b||_inf), 0 for b = 0."""
+    """Per column: ||r||_inf / (||A||_inf ||x||_inf + ||b||_inf), 0 for b = 0,
+    inf where x or r is not finite (a NaN must never pass for converged)."""
     num = jnp.max(jnp.abs(r), axis=0)
     den = anorm * jnp.max(jnp.abs(x), axis=0) + jnp.max(jnp.abs(b), axis=0)
-    return jnp.where(den > 0, num / jnp.where(den > 0, den, 1), jnp.where(num > 0, jnp.inf, 0))
+    berr = jnp.where(den > 0, num / jnp.where(den > 0, den, 1), jnp.where(num > 0, jnp.inf, 0))
+    return jnp.where(jnp.isfinite(num) & jnp.isfinite(den), berr, jnp.inf)
 
 
 @jax.tree_util.register_dataclass

@@ -6,6 +6,7 @@ never less accurate than the float64 solver's."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -136,11 +137,22 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     return placement.call(rows, body, out_specs, a, b)
 
 
-def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows):
+def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | None = None):
     """The low-precision factorisation alone, for solving later with
-    solve_factored: (CholeskyFactor or LUFactor, its info)."""
+    solve_factored: (CholeskyFactor or LUFactor, its info). Where it fails
+    (at BF16 a Cholesky of a matrix conditioned beyond about 1e3 does) and
+    `retry` names a more accurate update precision, the factorisation runs
+    again with it (same panels, so the same factor structure) before the
+    solves would fall back to float64."""
     factor = chol._cholesky if kind == "spd" else lum._lu
-    return factor(a, _scale(a), cfg=cfg, rows=rows)
+    scale = _scale(a)
+    f, info = factor(a, scale, cfg=cfg, rows=rows)
+    if retry is None or retry == cfg.update:
+        return f, info
+    again = dataclasses.replace(cfg, update=retry)
+    if not isinstance(info, jax.core.Tracer):  # eager: compile the retry only when needed
+        return factor(a, scale, cfg=again, rows=rows) if int(info) != 0 else (f, info)
+    return lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows), lambda: (f, info))
 
 
 def solve_factored(kind: str, a, factor, factor_info, b, cfg: blk.Config, opts: rf.Options,
