@@ -53,10 +53,9 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     if mixed_api.check_precision(precision):
         return _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure,
                             return_info)
-    if return_info:
-        return _solve_with_info(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure)
     tile = arguments.check_tile(tile_size)
-    key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower)
+    key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower,
+                    return_info)
     plan = plans.find(key)
     if plan is not None:
         return plan(a, b)
@@ -66,12 +65,9 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
     pos = assume_a == "pos"
     if a.ndim > 2 or b.ndim > 2:
-        # jax.scipy's rules: a vector b is b.ndim == 1 (LU) or one fewer
-        # dimension than a (Cholesky).
-        vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
-        fn = functools.partial(solve, lower=lower, assume_a=assume_a, tile_size=tile_size,
-                               mesh=mesh, spec=spec, backend=backend, on_failure=on_failure)
-        return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
+        return _batched(functools.partial(
+            solve, lower=lower, assume_a=assume_a, tile_size=tile_size, mesh=mesh, spec=spec,
+            backend=backend, on_failure=on_failure, return_info=return_info), a, b, pos)
     layout = dispatch.matrix_layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec,
                                     backend, "solve")
     b = operators.as_rhs(b, layout.n)
@@ -80,7 +76,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     if pos and lower:
         a = cholesky.upper_read(a, lower, layout)
         key = None  # the plan would run on a, not on the matrix read
-    if on_failure == "nan":
+    if on_failure == "nan" and not return_info:
         if pos:
             plan = functools.partial(cholesky.solve_pos_result, layout=layout, b_sharded=b_sharded)
         else:
@@ -91,7 +87,14 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     else:
         x, info = lu.solve_gen(a, b, layout, b_sharded)
     failures.report(info, on_failure, failures.NOT_SPD if pos else failures.SINGULAR)
-    return x
+    return (x, info) if return_info else x
+
+
+def _batched(fn, a, b, pos: bool):
+    """fn over the batch dimensions, by jax.scipy's rule for a vector b:
+    b.ndim == 1 (LU) or one dimension fewer than a (Cholesky)."""
+    vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
+    return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
 
 
 def _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure, return_info):
@@ -102,43 +105,15 @@ def _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failu
     a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
     pos = assume_a == "pos"
     if a.ndim > 2 or b.ndim > 2:
-        vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
-        fn = functools.partial(_solve_mixed, lower=lower, assume_a=assume_a, tile_size=None,
-                               mesh=mesh, spec=spec, backend=backend, on_failure=on_failure,
-                               return_info=return_info)
-        return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
+        return _batched(functools.partial(
+            _solve_mixed, lower=lower, assume_a=assume_a, tile_size=None, mesh=mesh, spec=spec,
+            backend=backend, on_failure=on_failure, return_info=return_info), a, b, pos)
     arguments.check_rank2(a, "a")
     x, record = mixed_api.solve("spd" if pos else "general", a, b,
                                 triangle="lower" if lower else "upper", mesh=mesh, spec=spec)
     failures.report(jnp.max(record.info), on_failure,
                     failures.NOT_SPD if pos else failures.SINGULAR)
     return (x, record) if return_info else x
-
-
-def _solve_with_info(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure):
-    """solve's (x, info) with the factorisation's info."""
-    _check_assume_a(assume_a)
-    failures.check_on_failure(on_failure)
-    a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
-    pos = assume_a == "pos"
-    if a.ndim > 2 or b.ndim > 2:
-        vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
-        fn = functools.partial(_solve_with_info, lower=lower, assume_a=assume_a,
-                               tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
-                               on_failure=on_failure)
-        return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
-    layout = dispatch.matrix_layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec,
-                                    backend, "solve")
-    b = operators.as_rhs(b, layout.n)
-    arguments.check_same_dtype(b, a.dtype)
-    b_sharded = operators.is_row_sharded(b, layout.placement)
-    if pos:
-        a = cholesky.upper_read(a, arguments.check_flag(lower, "lower"), layout)
-        x, info = cholesky.solve_pos(a, b, layout=layout, b_sharded=b_sharded, with_info=True)
-    else:
-        x, info = lu.solve_gen(a, b, layout, b_sharded)
-    failures.report(info, on_failure, failures.NOT_SPD if pos else failures.SINGULAR)
-    return x, info
 
 
 @returns_ready_on_cpus
