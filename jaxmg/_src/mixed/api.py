@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src.mixed import blocks as blk, placement, refine as rf, solvers
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, lu as lum, placement, refine as rf
+from jaxmg._src.mixed import solvers
 
 PRECISIONS = ("highest", "mixed")
 
@@ -161,9 +162,7 @@ def _hermitian(a, *, upper: bool, rows: placement.Rows):
 
 
 def _config(kind, dtype):
-    from jaxmg._src.mixed import cholesky, lu
-
-    options, variants = (SPD, cholesky.VARIANTS) if kind == "spd" else (GENERAL, lu.VARIANTS)
+    options, variants = (SPD, chol.VARIANTS) if kind == "spd" else (GENERAL, lum.VARIANTS)
     return blk.config(dtype, variants=variants, **options)
 
 
