@@ -372,3 +372,40 @@ def test_stats_count_failed_meetings_and_lost_peers(tmp_path):
     for rank in (0, 1):
         assert f"[rank {rank}] stats {{'connections': 1, 'pending': 0" in out
         assert "'failed': 0, 'lost': 0}" in out
+
+
+def test_jaxmg_programs_across_processes_hold_no_xla_collective(tmp_path):
+    """Between processes jaxmg's own path moves data only over its channel:
+    an XLA collective there is a Gloo/NCCL call that ranks sharing a GPU
+    cannot make and that would not end with jaxmg's faults. The compiled
+    programs of the solves, factorisations, inverse and eigendecomposition
+    hold none (log-determinants sum over the devices: one reduction)."""
+    code, out, err = run(tmp_path, """
+        n = 48  # a multiple of devices x tile: no padding
+        A, G = spd(n), np.random.default_rng(1).standard_normal((n, n)) + n * np.eye(n)
+        a, g = put(A, P("x", None)), put(G, P("x", None))
+        b = put(rng.standard_normal((n, 2)), P("x", None))
+        kw = dict(backend="jaxmg")
+        programs = {
+            "potrs": lambda a, g, b: jaxmg.potrs(a, b, **kw),
+            "solve_pos": lambda a, g, b: jaxmg.solve(a, b, assume_a="pos", **kw),
+            "solve_gen": lambda a, g, b: jaxmg.solve(g, b, **kw),
+            "cho_solve": lambda a, g, b: jaxmg.cho_solve(jaxmg.cho_factor(a, **kw), b),
+            "lu_solve": lambda a, g, b: jaxmg.lu_solve(jaxmg.lu_factor(g, **kw), b, trans=1),
+            "inv_pos": lambda a, g, b: jaxmg.inv(a, assume_a="pos", **kw),
+            "eigvalsh": lambda a, g, b: jaxmg.eigvalsh(a, **kw),
+            "eigh": lambda a, g, b: jaxmg.eigh(a, **kw),
+            "control": lambda a, g, b: jnp.sum(a),  # an XLA reduction: must be seen
+        }
+        ops = ("all-reduce", "all-gather", "all-to-all", "collective-permute", "reduce-scatter")
+        for name, fn in programs.items():
+            with jax.set_mesh(mesh):
+                text = jax.jit(fn).lower(a, g, b).compile().as_text()
+            found = sorted({op for op in ops if op in text})
+            print(name, "clean" if not found else f"COLLECTIVES {found}")
+    """)
+    assert code == 0, err[-4000:]
+    assert "[rank 0] control COLLECTIVES ['all-reduce']" in out, out[-4000:]
+    for name in ("potrs", "solve_pos", "solve_gen", "cho_solve", "lu_solve", "inv_pos",
+                 "eigvalsh", "eigh"):
+        assert f"[rank 0] {name} clean" in out, out[-4000:]

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 from jaxmg._src import arguments, batching, dispatch, failures, plans, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import check_square, eager_key, resolve_placement
+from jaxmg._src.placement import check_square, eager_key, resolve_placement, spans_processes
 
 
 class EighResult(typing.NamedTuple):
@@ -130,10 +130,29 @@ def _plan(a, vectors: bool, read: str, tile_size, mesh, spec, backend, on_failur
 
     def make():
         layout = dispatch.matrix_layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
-        program = functools.partial(eigen_program, layout=layout, vectors=vectors, read=read)
+        read_ = _read_across_processes(read, layout)
+        program = functools.partial(eigen_program, layout=layout, vectors=vectors, read=read_)
         return failures.reporting(program, on_failure, failures.NO_CONVERGENCE)
 
     return plans.find_or_make(key, make)
+
+
+def _read_across_processes(read: str, layout: Layout) -> str:
+    """Over several processes jaxmg's engine reads the upper triangle as the
+    rows hold it: the other triangle (UPLO="L", or the symmetrised matrix)
+    needs a transpose, an XLA all-to-all, which ranks sharing a GPU cannot
+    run and which would not end with jaxmg's faults. symmetrize_input reads
+    the upper triangle there (the same for a Hermitian a); UPLO="L" alone is
+    refused."""
+    if layout.engine.name != "jaxmg" or not spans_processes(layout.placement):
+        return read
+    if read == "L":
+        raise ValueError(
+            "jaxmg: over several processes eigh reads a's upper triangle (reading the lower "
+            "one needs a transpose between the processes): pass UPLO='U', or "
+            "symmetrize_input=True for a Hermitian a"
+        )
+    return "U"
 
 
 def _read(a, layout: Layout, read: str):

@@ -270,6 +270,15 @@ def _default_device():
     return jax.devices(device)[0] if isinstance(device, str) else jax.devices()[0]
 
 
+def spans_processes(placement: Placement) -> bool:
+    """Whether the placement's devices belong to several processes (under
+    jit, an abstract mesh larger than this process's devices)."""
+    mesh = placement.mesh
+    if isinstance(mesh, Mesh):
+        return len({d.process_index for d in mesh.devices.flat}) > 1
+    return jax.process_count() > 1 and placement.n_devices > jax.local_device_count()
+
+
 def _check_one_process(mesh: Mesh) -> None:
     """Within one process jaxmg takes any of its devices; across processes,
     one device per process."""

@@ -21,7 +21,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import collective, config, cyclic, sharding
 from jaxmg._src.engines import base
-from jaxmg._src.placement import Placement, platform_of
+from jaxmg._src.placement import Placement, platform_of, spans_processes
 
 # cusolverMgGetrf (cuSOLVER 12.0.4, H200) rejects T_A = 1024 with
 # CUSOLVER_STATUS_INVALID_VALUE for the matrix descriptor; 256 is verified.
@@ -246,7 +246,7 @@ class Mg(base.Engine):
         # end with jaxmg's faults; such a factor solves, but does not unpack.
         spec = layout.row_spec
         n_devices = layout.placement.n_devices
-        if not _spans_processes(layout.placement):
+        if not spans_processes(layout.placement):
             a = sharding.constrain_result(jnp.transpose(a), layout.placement, spec)
 
         def body(block):
@@ -268,7 +268,7 @@ class Mg(base.Engine):
         # A^H X = B is A^T conj(X) = conj(B).
         conj = trans == 2 and jnp.iscomplexobj(b)
         rhs = jnp.conj(b) if conj else b
-        factored_a = not _spans_processes(layout.placement)  # else A^T (see lu)
+        factored_a = not spans_processes(layout.placement)  # else A^T (see lu)
         x, b_spec = _solve_blocks("lusolve", (lu, piv, rhs), layout, b_sharded,
                                   trans=int((trans == 0) == factored_a))
         x = jnp.conj(x) if conj else x
@@ -277,7 +277,7 @@ class Mg(base.Engine):
     def lu_matrices(self, lu, piv, layout):
         # The factor read row-major is (L U)^T with rows block-cyclic.
         placement, n = layout.placement, layout.n
-        if _spans_processes(placement):
+        if spans_processes(placement):
             raise ValueError(
                 "jaxmg: an LU factor over several processes is A^T's (the transpose to factor "
                 "A itself would need an XLA collective), so it does not unpack into "
@@ -338,13 +338,6 @@ class Mg(base.Engine):
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.
         return w, (vh if vectors else None), info[0]
-
-
-def _spans_processes(placement: Placement) -> bool:
-    mesh = placement.mesh
-    if isinstance(mesh, jax.sharding.Mesh):
-        return len({d.process_index for d in mesh.devices.flat}) > 1
-    return jax.process_count() > 1 and placement.n_devices > jax.local_device_count()
 
 
 ENGINE = Mg()
