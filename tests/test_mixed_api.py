@@ -155,3 +155,31 @@ def test_ill_conditioned_spd_reaches_the_float64_floor_or_falls_back(rng, cond):
     berr = np.abs(b - a @ x).max(0) / (np.abs(a).sum(1).max() * np.abs(x).max(0) + np.abs(b).max(0))
     assert (berr <= 1e-15).all(), (berr, info)
     assert (np.asarray(info.backward_error) <= 1e-15).all()
+
+
+@pytest.mark.parametrize("lower", [False, True])
+def test_solve_lower_derivative_is_jax_scipy_s(rng, lower):
+    """solve(assume_a="pos", lower=...) differentiates like jax.scipy's: its
+    tangent solve uses a as given, in both precisions."""
+    import jax.scipy.linalg as jsl
+
+    a, b = spd(rng), helpers.random_matrix(rng, N, np.float64, 2)
+
+    def grad(solve, **kw):
+        return np.asarray(jax.grad(lambda a: jnp.sum(solve(a, b, assume_a="pos", lower=lower,
+                                                          **kw) ** 3))(a))
+
+    want = grad(jsl.solve)
+    for kw in ({}, {"precision": "mixed"}):
+        np.testing.assert_allclose(grad(jaxmg.solve, **kw), want, rtol=1e-8, atol=1e-14)
+
+
+def test_factor_solves_keep_on_failure(rng):
+    a = spd(rng)
+    a[5, 5] = -1e3
+    f = jaxmg.cho_factor(a, precision="mixed", on_failure="raise")
+    with pytest.raises(jaxmg.LinAlgError, match="not positive definite"):
+        jaxmg.cho_solve(f, np.ones(N))
+    g = np.zeros((N, N))
+    with pytest.raises(jaxmg.LinAlgError, match="singular"):
+        jaxmg.lu_solve(jaxmg.lu_factor(g, precision="mixed", on_failure="raise"), np.ones(N))

@@ -172,7 +172,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
         failures.check_on_failure(on_failure)
         lower = arguments.check_flag(lower, "lower")
         return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
-                                spec=spec)
+                                spec=spec, on_failure=on_failure)
     failures.check_on_failure(on_failure)
     lower = arguments.check_flag(lower, "lower")
     donate = arguments.check_flag(donate, "donate")
@@ -199,7 +199,9 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         if f.kind != "spd":
             raise TypeError("jaxmg.cho_solve takes cho_factor's factor; this one is lu_factor's "
                             "(solve with jaxmg.lu_solve)")
-        return mixed_api.solve_with(f, b)[0]
+        x, record = mixed_api.solve_with(f, b)
+        failures.report(jnp.max(record.info), f.on_failure, failures.NOT_SPD)
+        return x
     if isinstance(f, CholeskyFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.factor.dtype, other="the factor")
@@ -253,6 +255,19 @@ def upper_read(a, lower: bool, layout: Layout):
     if not lower or layout.n == 0:
         return a
     return sharding.constrain_result(jnp.conj(a).T, layout.placement, layout.row_spec)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
+def lower_read_as_solved(a, layout: Layout):
+    """upper_read(a, True) for jaxmg.solve: differentiated as the matrix it
+    stands for (a itself, Hermitian), not as a^H, so that solve(lower=True)
+    has jax.scipy.linalg.solve's derivative (its tangent solve uses a)."""
+    return upper_read(a, True, layout)
+
+
+@lower_read_as_solved.defjvp
+def _lower_read_as_solved_jvp(layout, primals, tangents):
+    return lower_read_as_solved(primals[0], layout), tangents[0]
 
 
 def triangular_factor(f: CholeskyFactor):

@@ -74,7 +74,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     arguments.check_same_dtype(b, a.dtype)
     b_sharded = operators.is_row_sharded(b, layout.placement)
     if pos and lower:
-        a = cholesky.upper_read(a, lower, layout)
+        a = cholesky.lower_read_as_solved(a, layout)
         key = None  # the plan would run on a, not on the matrix read
     if on_failure == "nan" and not return_info:
         if pos:

@@ -87,7 +87,7 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
         failures.check_on_failure(on_failure)
-        return mixed_api.factor("general", a, mesh=mesh, spec=spec)
+        return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
     failures.check_on_failure(on_failure)
     donate = arguments.check_flag(donate, "donate")
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
@@ -112,7 +112,9 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         if f.kind != "general":
             raise TypeError("jaxmg.lu_solve takes lu_factor's factor; this one is cho_factor's "
                             "(solve with jaxmg.cho_solve)")
-        return mixed_api.solve_with(f, b, int(trans))[0]
+        x, record = mixed_api.solve_with(f, b, int(trans))
+        failures.report(jnp.max(record.info), f.on_failure, failures.SINGULAR)
+        return x
     if isinstance(f, LUFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.lu.dtype, other="the factor")

@@ -324,20 +324,22 @@ class Mg(base.Engine):
         t = block_tile(rows, tile)
         placement = Placement(placement.mesh, placement.axis, manual=True)
         _, x, info = _potrs_body(a, b, placement=placement, tile=t, b_sharded=b_sharded)
-        return x, info[0]
+        # NaN also where the leader found a not finite (info N + 1, set after the solve).
+        return _failed_to_nan(x, info[0]), info[0]
 
     def potri_blocks(self, a, placement, tile):
         t = block_tile(a.shape[0], tile)
         inv, info = _potri_body(a, placement=placement, tile=t)
         if platform_of(placement) == "cuda":
             inv = _mirror_upper_blocks(inv, placement.axis)
-        return inv, info[0]
+        return _failed_to_nan(inv, info[0]), info[0]
 
     def syevd_blocks(self, a, placement, tile, vectors):
         t = block_tile(a.shape[0], tile)
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.
-        return w, (vh if vectors else None), info[0]
+        w = _failed_to_nan(w, info[0])
+        return w, (_failed_to_nan(vh, info[0]) if vectors else None), info[0]
 
 
 ENGINE = Mg()

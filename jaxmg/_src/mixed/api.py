@@ -54,7 +54,7 @@ def check_precision(precision) -> bool:
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=("a", "factor", "factor_info"),
-    meta_fields=("kind", "cfg", "rows"),
+    meta_fields=("kind", "cfg", "rows", "on_failure"),
 )
 @dataclasses.dataclass(frozen=True)
 class MixedFactor:
@@ -71,6 +71,7 @@ class MixedFactor:
     kind: str
     cfg: blk.Config
     rows: placement.Rows
+    on_failure: str = "nan"  # what its solves do where the float64 fallback fails too
 
     @property
     def info(self):
@@ -119,7 +120,8 @@ def check_options(*, tile_size=None, backend="auto", donate=False):
         )
 
 
-def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None) -> MixedFactor:
+def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
+           on_failure: str = "nan") -> MixedFactor:
     """The low-precision factorisation of a ("spd": Cholesky of the
     Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
     "general": LU)."""
@@ -131,7 +133,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None) -
         a = _read(a, triangle != "lower", rows)
     cfg = _config(kind, a.dtype)
     f, info = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE)
-    return MixedFactor(a, f, info, kind, cfg, rows)
+    return MixedFactor(a, f, info, kind, cfg, rows, on_failure)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
@@ -232,7 +234,7 @@ def _transposed(f: MixedFactor) -> MixedFactor:
         a_t = f.rows.rows(a_t) if not _explicit(f.rows) else jax.sharding.reshard(
             a_t, jax.sharding.NamedSharding(f.rows.mesh, P(f.rows.axis, None)))
     t, info = solvers.factorise(f.kind, a_t, f.cfg, f.rows, retry=RETRY_UPDATE)
-    return MixedFactor(a_t, t, info, f.kind, f.cfg, f.rows)
+    return MixedFactor(a_t, t, info, f.kind, f.cfg, f.rows, f.on_failure)
 
 
 def _explicit(rows: placement.Rows) -> bool:

@@ -72,6 +72,22 @@ Status Context::Descriptor(int64_t n_rows, int64_t n_cols, int64_t tile, cudaDat
   return Status::Ok();
 }
 
+Status Context::LaneBlas(int lane, cublasHandle_t* out) {
+  if (lane == 0) {
+    *out = blas_;
+    return Status::Ok();
+  }
+  lane_blas_.resize(devices_.size(), nullptr);
+  if (lane_blas_[lane] == nullptr) {
+    DeviceGuard guard;
+    JAXMG_CUDA(cuda::api().cudaSetDevice(devices_[lane]));
+    JAXMG_CUBLAS(cuda::api().cublasCreate_v2(&lane_blas_[lane]));
+    JAXMG_CUBLAS(cuda::api().cublasSetStream_v2(lane_blas_[lane], streams_[lane]));
+  }
+  *out = lane_blas_[lane];
+  return Status::Ok();
+}
+
 Status Context::SynchronizeLanes() const {
   for (cudaStream_t s : streams_) JAXMG_CUDA(cuda::api().cudaStreamSynchronize(s));
   return Status::Ok();

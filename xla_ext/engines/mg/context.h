@@ -26,6 +26,9 @@ class Context {
   cusolverMgHandle_t handle() const { return handle_; }
   cudaStream_t stream(int lane) const { return streams_[lane]; }
   cublasHandle_t blas() const { return blas_; }
+  // A cuBLAS handle on participant `lane`'s device and stream, made on first
+  // use (for work that must run where a lane's buffers live). Hold `mu`.
+  Status LaneBlas(int lane, cublasHandle_t* out);
 
   // Descriptor of an n_rows x n_cols matrix in column tiles of `tile`
   // (one row tile), cached.
@@ -51,6 +54,7 @@ class Context {
   cudaLibMgGrid_t grid_ = nullptr;
   std::vector<cudaStream_t> streams_;
   cublasHandle_t blas_ = nullptr;
+  std::vector<cublasHandle_t> lane_blas_;
   std::map<std::tuple<int64_t, int64_t, int64_t, int>, cudaLibMgMatrixDesc_t> descriptors_;
 };
 

@@ -198,20 +198,24 @@ Status MgEngine<T>::Syevd(const Call& call, const Parts& parts) {
 
 // A finite sum of absolute values proves every element finite; a sum that
 // is not (a NaN or Inf, or finite values beyond the largest float) is
-// settled element by element on the host.
+// settled element by element on the host. Each part is summed on its own
+// device: peer or IPC memory of another GPU is not readable from device 0.
 template <typename T>
 Status MgEngine<T>::AllFinite(const Call& call, const Parts& parts, bool* finite) {
   constexpr int64_t kChunk = int64_t{1} << 26;
   const int64_t elements = call.n * (call.n / call.parts);
   DeviceGuard guard;
-  JAXMG_CUDA(cuda::api().cudaSetDevice(ctx_.devices()[0]));
   std::vector<T> host;
   *finite = true;
-  for (const auto& p : parts) {
+  for (size_t i = 0; i < parts.size() && *finite; ++i) {
+    const auto& p = parts[i];
+    cublasHandle_t blas = nullptr;
+    JAXMG_RETURN_IF_ERROR(ctx_.LaneBlas(static_cast<int>(i), &blas));
+    JAXMG_CUDA(cuda::api().cudaSetDevice(ctx_.devices()[i]));
     for (int64_t first = 0; first < elements && *finite; first += kChunk) {
       const int64_t count = std::min(kChunk, elements - first);
       Real<T> sum = 0;
-      JAXMG_RETURN_IF_ERROR(cublas::Asum<T>(ctx_.blas(), static_cast<int>(count), p.a() + first, &sum));
+      JAXMG_RETURN_IF_ERROR(cublas::Asum<T>(blas, static_cast<int>(count), p.a() + first, &sum));
       if (std::isfinite(sum)) continue;
       host.resize(count);
       JAXMG_CUDA(cuda::api().cudaMemcpy(host.data(), p.a() + first, count * sizeof(T),
