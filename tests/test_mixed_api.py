@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.sharding import PartitionSpec as P
 
 import helpers
 import jaxmg
@@ -183,3 +184,16 @@ def test_factor_solves_keep_on_failure(rng):
     g = np.zeros((N, N))
     with pytest.raises(jaxmg.LinAlgError, match="singular"):
         jaxmg.lu_solve(jaxmg.lu_factor(g, precision="mixed", on_failure="raise"), np.ones(N))
+
+
+@pytest.mark.parametrize("spec", [None, P(None, "x"), P("x", None)], ids=["mesh only", "columns", "rows"])
+def test_mesh_and_spec_place_the_rows(rng, spec):
+    mesh = helpers.mesh(2)
+    a, b = spd(rng), helpers.random_matrix(rng, N, np.float64, 2)
+    close(jaxmg.potrs(a, b, mesh=mesh, spec=spec, precision="mixed"), a, b)
+
+
+def test_a_spec_over_two_axes_is_refused(rng):
+    mesh = jax.make_mesh((1, 2), ("r", "c"), devices=jax.devices()[:2])
+    with pytest.raises(ValueError, match=r"takes rows sharded over one mesh axis"):
+        jaxmg.potrs(spd(rng), np.ones(N), mesh=mesh, spec=P("r", "c"), precision="mixed")

@@ -88,16 +88,23 @@ def _check(a, name="a"):
 
 
 def _rows(a, mesh, spec) -> placement.Rows:
-    axis = None
-    if spec is not None and len(spec) and spec[0] is not None:
-        axis = spec[0]
-        if isinstance(axis, tuple) or any(s is not None for s in tuple(spec)[1:]):
-            raise ValueError(
-                f"jaxmg: precision='mixed' takes rows sharded over one mesh axis, P(axis, None); "
-                f"spec={spec} is not: reshard a first"
-            )
+    """Where the mixed solve keeps A's rows: the mesh axis that spec shards
+    (rows or columns: XLA moves columns into rows), the one axis of a mesh
+    given without spec, else what a's own sharding says."""
+    named = [s for s in (tuple(spec) if spec is not None else ()) if s is not None]
+    if len(named) > 1 or any(isinstance(s, tuple) for s in named):
+        raise ValueError(
+            f"jaxmg: precision='mixed' takes rows sharded over one mesh axis, P(axis, None); "
+            f"spec={spec} shards over several: reshard a first"
+        )
+    axis = named[0] if named else None
     if mesh is not None and axis is None:
-        return placement.Rows()
+        if len(mesh.axis_names) != 1:
+            raise ValueError(
+                f"jaxmg: mesh has axes {mesh.axis_names}: pass spec=P(axis, None) naming the "
+                "one that a's rows are sharded over"
+            )
+        axis = mesh.axis_names[0]
     return placement.resolve(a, mesh, axis)
 
 
@@ -129,6 +136,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     blk.check_matrix(a)
     _check(a)
     rows = _rows(a, mesh, spec)
+    a = _placed(a, rows, mesh, P(rows.axis, None))
     if kind == "spd":
         a = _read(a, triangle != "lower", rows)
     cfg = _config(kind, a.dtype)
@@ -163,6 +171,22 @@ def _hermitian(a, *, upper: bool, rows: placement.Rows):
     return placement.call(rows, mirrored, P(rows.axis, None), a)
 
 
+def _placed(x, rows: placement.Rows, mesh, spec):
+    """A concrete array on the (concrete) mesh the solve runs over: a NumPy
+    or one-device array is moved there; traced ones are placed by jit."""
+    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh) or isinstance(x, jax.core.Tracer):
+        return x
+    want = jax.sharding.NamedSharding(mesh, spec)
+    if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(want, x.ndim):
+        return x
+    return jax.device_put(x, want)
+
+
+def _mesh_of(x):
+    sharding = getattr(x, "sharding", None) if not isinstance(x, jax.core.Tracer) else None
+    return sharding.mesh if isinstance(sharding, jax.sharding.NamedSharding) else None
+
+
 def _config(kind, dtype):
     options, variants = (SPD, chol.VARIANTS) if kind == "spd" else (GENERAL, lum.VARIANTS)
     return blk.config(dtype, variants=variants, **options)
@@ -187,7 +211,7 @@ def solve_with(f: MixedFactor, b, trans: int = 0):
         )
     if trans not in (0, 1, 2) or isinstance(trans, bool):
         raise ValueError(f"jaxmg: trans must be 0, 1 or 2, got {trans!r}")
-    b2 = b.reshape(n, -1)
+    b2 = _placed(b.reshape(n, -1), f.rows, _mesh_of(f.a), P())
     x, record = _solve(f, b2, trans=trans)
     if b.ndim == 1:
         x = x[:, 0]
