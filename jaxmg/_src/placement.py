@@ -271,12 +271,13 @@ def _default_device():
 
 
 def spans_processes(placement: Placement) -> bool:
-    """Whether the placement's devices belong to several processes (under
-    jit, an abstract mesh larger than this process's devices)."""
+    """Whether the placement's devices belong to several processes. An
+    abstract mesh (under jit) does not say: in a job of several processes
+    it is taken to span them, the side on which nothing goes wrong."""
     mesh = placement.mesh
     if isinstance(mesh, Mesh):
         return len({d.process_index for d in mesh.devices.flat}) > 1
-    return jax.process_count() > 1 and placement.n_devices > jax.local_device_count()
+    return jax.process_count() > 1 and placement.n_devices > 1
 
 
 def _check_one_process(mesh: Mesh) -> None:
