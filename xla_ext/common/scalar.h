@@ -3,6 +3,7 @@
 #ifndef JAXMG_XLA_EXT_COMMON_SCALAR_H_
 #define JAXMG_XLA_EXT_COMMON_SCALAR_H_
 
+#include <cmath>
 #include <complex>
 #include <limits>
 #include <type_traits>
@@ -29,6 +30,16 @@ T Conj(T x) {
     return std::conj(x);
   } else {
     return x;
+  }
+}
+
+// Neither part NaN nor infinite.
+template <typename T>
+bool IsFinite(const T& x) {
+  if constexpr (kIsComplex<T>) {
+    return std::isfinite(x.real()) && std::isfinite(x.imag());
+  } else {
+    return std::isfinite(x);
   }
 }
 

@@ -1,7 +1,6 @@
 #include "xla_ext/engines/lapack/engine.h"
 
 #include <algorithm>
-#include <cmath>
 #include <complex>
 #include <cstring>
 #include <limits>
@@ -327,15 +326,8 @@ Status LapackEngine<T>::Syevd(const Call& call, const Parts& parts) {
 template <typename T>
 Status LapackEngine<T>::AllFinite(const Call& call, const Parts& parts, bool* finite) {
   const size_t elements = call.n * (call.n / call.parts);
-  auto is_finite = [](const T& v) {
-    if constexpr (kIsComplex<T>) {
-      return std::isfinite(v.real()) && std::isfinite(v.imag());
-    } else {
-      return std::isfinite(v);
-    }
-  };
   *finite = std::all_of(parts.begin(), parts.end(), [&](const engines::Part<T>& p) {
-    return std::all_of(p.a(), p.a() + elements, is_finite);
+    return std::all_of(p.a(), p.a() + elements, IsFinite<T>);
   });
   return Status::Ok();
 }

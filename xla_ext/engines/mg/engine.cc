@@ -1,12 +1,11 @@
 #include "xla_ext/engines/mg/engine.h"
 
 #include <algorithm>
-#include <cmath>
-#include <complex>
 #include <mutex>
 #include <vector>
 
 #include "xla_ext/common/dtypes.h"
+#include "xla_ext/common/scalar.h"
 #include "xla_ext/engines/mg/solvers.h"
 #include "xla_ext/layout/block_cyclic.h"
 #include "xla_ext/vendor/cublas.h"
@@ -220,9 +219,7 @@ Status MgEngine<T>::AllFinite(const Call& call, const Parts& parts, bool* finite
       host.resize(count);
       JAXMG_CUDA(cuda::api().cudaMemcpy(host.data(), p.a() + first, count * sizeof(T),
                                         cudaMemcpyDeviceToHost));
-      *finite = std::all_of(host.begin(), host.end(), [](const T& v) {
-        return std::isfinite(std::real(v)) && std::isfinite(std::imag(v));
-      });
+      *finite = std::all_of(host.begin(), host.end(), IsFinite<T>);
     }
   }
   return Status::Ok();
