@@ -199,9 +199,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         if f.kind != "spd":
             raise TypeError("jaxmg.cho_solve takes cho_factor's factor; this one is lu_factor's "
                             "(solve with jaxmg.lu_solve)")
-        x, record = mixed_api.solve_with(f, b)
-        failures.report(jnp.max(record.info), f.on_failure, failures.NOT_SPD)
-        return x
+        return mixed_api.solve_with(f, b)[0]
     if isinstance(f, CholeskyFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.factor.dtype, other="the factor")

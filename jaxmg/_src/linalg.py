@@ -50,12 +50,10 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     """
     del overwrite_a, overwrite_b, debug, check_finite
     return_info = arguments.check_flag(return_info, "return_info")
-    if mixed_api.check_precision(precision):
-        return _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure,
-                            return_info)
+    mixed = mixed_api.check_precision(precision)
     tile = arguments.check_tile(tile_size)
     key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower,
-                    return_info)
+                    return_info, mixed)
     plan = plans.find(key)
     if plan is not None:
         return plan(a, b)
@@ -67,7 +65,11 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     if a.ndim > 2 or b.ndim > 2:
         return _batched(functools.partial(
             solve, lower=lower, assume_a=assume_a, tile_size=tile_size, mesh=mesh, spec=spec,
-            backend=backend, on_failure=on_failure, return_info=return_info), a, b, pos)
+            backend=backend, on_failure=on_failure, precision=precision,
+            return_info=return_info), a, b, pos)
+    if mixed:
+        return _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure,
+                            return_info)
     layout = dispatch.matrix_layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec,
                                     backend, "solve")
     b = operators.as_rhs(b, layout.n)
@@ -97,22 +99,12 @@ def _batched(fn, a, b, pos: bool):
     return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
 
 
-def _solve_mixed(a, b, lower, assume_a, tile_size, mesh, spec, backend, on_failure, return_info):
-    _check_assume_a(assume_a)
-    failures.check_on_failure(on_failure)
-    lower = arguments.check_flag(lower, "lower")
+def _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure, return_info):
     mixed_api.check_options(tile_size=tile_size, backend=backend)
-    a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
-    pos = assume_a == "pos"
-    if a.ndim > 2 or b.ndim > 2:
-        return _batched(functools.partial(
-            _solve_mixed, lower=lower, assume_a=assume_a, tile_size=None, mesh=mesh, spec=spec,
-            backend=backend, on_failure=on_failure, return_info=return_info), a, b, pos)
     arguments.check_rank2(a, "a")
     x, record = mixed_api.solve("spd" if pos else "general", a, b,
-                                triangle="lower" if lower else "upper", mesh=mesh, spec=spec)
-    failures.report(jnp.max(record.info), on_failure,
-                    failures.NOT_SPD if pos else failures.SINGULAR)
+                                triangle="lower" if lower else "upper", mesh=mesh, spec=spec,
+                                on_failure=on_failure)
     return (x, record) if return_info else x
 
 

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from jaxmg._src import failures
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, lu as lum, placement, refine as rf
 from jaxmg._src.mixed import solvers
 
@@ -192,14 +193,17 @@ def _config(kind, dtype):
     return blk.config(dtype, variants=variants, **options)
 
 
-def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None):
+def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
+          on_failure: str = "nan"):
     """x with a x = b at float64 accuracy (replicated), and its RefinementInfo."""
-    return solve_with(factor(kind, a, triangle=triangle, mesh=mesh, spec=spec), b)
+    f = factor(kind, a, triangle=triangle, mesh=mesh, spec=spec, on_failure=on_failure)
+    return solve_with(f, b)
 
 
 def solve_with(f: MixedFactor, b, trans: int = 0):
-    """op(A) x = b (trans 0: A, 1: A^T, 2: A^H) with a MixedFactor, refined
-    against A; differentiable with respect to A and b."""
+    """op(A) x = b (trans 0: A, 1: A^T, 2: A^H, checked by the caller) with a
+    MixedFactor, refined against A; differentiable with respect to A and b.
+    Where the float64 fallback fails too, acts on it as f.on_failure says."""
     b = jnp.asarray(b) if not hasattr(b, "shape") else b
     n = f.a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
@@ -209,10 +213,10 @@ def solve_with(f: MixedFactor, b, trans: int = 0):
             f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but the factor {jnp.dtype(f.a.dtype).name}; "
             "cast b to the factor's dtype"
         )
-    if trans not in (0, 1, 2) or isinstance(trans, bool):
-        raise ValueError(f"jaxmg: trans must be 0, 1 or 2, got {trans!r}")
     b2 = _placed(b.reshape(n, -1), f.rows, _mesh_of(f.a), P())
     x, record = _solve(f, b2, trans=trans)
+    failures.report(jnp.max(record.info), f.on_failure,
+                    failures.NOT_SPD if f.kind == "spd" else failures.SINGULAR)
     if b.ndim == 1:
         x = x[:, 0]
         record = RefinementInfo(*(r[0] if r.ndim else r for r in record))
@@ -253,31 +257,19 @@ def _refined(f: MixedFactor, b):
 
 
 def _transposed(f: MixedFactor) -> MixedFactor:
-    a_t = jax.lax.stop_gradient(f.a).T
-    if f.rows.sharded:
-        a_t = f.rows.rows(a_t) if not _explicit(f.rows) else jax.sharding.reshard(
-            a_t, jax.sharding.NamedSharding(f.rows.mesh, P(f.rows.axis, None)))
+    a_t = placement.call(f.rows, lambda a: f.rows.rows(a.T), P(f.rows.axis, None),
+                         jax.lax.stop_gradient(f.a))
     t, info = solvers.factorise(f.kind, a_t, f.cfg, f.rows, retry=RETRY_UPDATE)
     return MixedFactor(a_t, t, info, f.kind, f.cfg, f.rows, f.on_failure)
 
 
-def _explicit(rows: placement.Rows) -> bool:
-    types = dict(zip(rows.mesh.axis_names, rows.mesh.axis_types))
-    return types[rows.axis] == jax.sharding.AxisType.Explicit
-
-
 def _product(a, rows: placement.Rows, x):
-    if not rows.sharded:
-        return a @ x
-    return placement.call(rows, lambda a, x: rows.row_product(a, x), P(), a, x)
+    return placement.call(rows, rows.row_product, P(), a, x)
 
 
 def _transposed_product(a, rows: placement.Rows, x):
     """A^T x, formed where A's rows live: conj(A^H conj(x))."""
     conj = jnp.iscomplexobj(a)
     x = jnp.conj(x) if conj else x
-    if rows.sharded:
-        y = placement.call(rows, lambda a, x: rows.row_product(a, x, adjoint_x=True), P(), a, x)
-    else:
-        y = jnp.conj(a).T @ x if conj else a.T @ x
+    y = placement.call(rows, functools.partial(rows.row_product, adjoint_x=True), P(), a, x)
     return jnp.conj(y) if conj else y
