@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import failures
+from jaxmg._src import arguments, failures
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, lu as lum, placement, refine as rf
 from jaxmg._src.mixed import solvers
 
@@ -133,7 +133,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     """The low-precision factorisation of a ("spd": Cholesky of the
     Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
     "general": LU)."""
-    a = jnp.asarray(a) if not isinstance(a, jax.Array) else a
+    a = arguments.as_array(a, "a")
     blk.check_matrix(a)
     _check(a)
     rows = _rows(a, mesh, spec)
@@ -175,7 +175,7 @@ def _hermitian(a, *, upper: bool, rows: placement.Rows):
 def _placed(x, rows: placement.Rows, mesh, spec):
     """A concrete array on the (concrete) mesh the solve runs over: a NumPy
     or one-device array is moved there; traced ones are placed by jit."""
-    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh) or isinstance(x, jax.core.Tracer):
+    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh) or arguments.is_traced(x):
         return x
     want = jax.sharding.NamedSharding(mesh, spec)
     if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(want, x.ndim):
@@ -184,7 +184,7 @@ def _placed(x, rows: placement.Rows, mesh, spec):
 
 
 def _mesh_of(x):
-    sharding = getattr(x, "sharding", None) if not isinstance(x, jax.core.Tracer) else None
+    sharding = None if arguments.is_traced(x) else getattr(x, "sharding", None)
     return sharding.mesh if isinstance(sharding, jax.sharding.NamedSharding) else None
 
 
@@ -204,7 +204,7 @@ def solve_with(f: MixedFactor, b, trans: int = 0):
     """op(A) x = b (trans 0: A, 1: A^T, 2: A^H, checked by the caller) with a
     MixedFactor, refined against A; differentiable with respect to A and b.
     Where the float64 fallback fails too, acts on it as f.on_failure says."""
-    b = jnp.asarray(b) if not hasattr(b, "shape") else b
+    b = arguments.as_array(b, "b")
     n = f.a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
