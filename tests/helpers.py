@@ -19,18 +19,24 @@ import jaxmg
 DTYPES = (np.float32, np.float64, np.complex64, np.complex128)
 
 
-def mesh(n_devices: int, axis: str = "x", first: int = 0):
-    """A 1-D mesh over devices [first, first + n_devices)."""
-    devices = jax.devices()[first : first + n_devices]
-    if len(devices) != n_devices:
-        message = f"needs {first + n_devices} devices, {len(jax.devices())} present"
-        # GPU runs of the CPU suites (tools/gpu_check) have only the GPUs there are.
+def devices(count: int) -> list:
+    """The first `count` devices; a test needing more than there are fails, or
+    skips on GPU runs of the CPU suites (tools/gpu_check), which have only the
+    GPUs there are."""
+    present = jax.devices()
+    if len(present) < count:
+        message = f"needs {count} devices, {len(present)} present"
         if os.environ.get("JAXMG_TEST_ALLOW_FEWER_DEVICES"):
             import pytest
 
             pytest.skip(message)
         raise AssertionError(message)
-    return jax.make_mesh((n_devices,), (axis,), devices=devices)
+    return present[:count]
+
+
+def mesh(n_devices: int, axis: str = "x", first: int = 0):
+    """A 1-D mesh over devices [first, first + n_devices)."""
+    return jax.make_mesh((n_devices,), (axis,), devices=devices(first + n_devices)[first:])
 
 
 def random_matrix(rng, n: int, dtype, m: int | None = None) -> np.ndarray:

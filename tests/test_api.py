@@ -24,7 +24,7 @@ def tol(n, dtype=DTYPE):
 
 def auto_mesh(devices: int, first: int = 0) -> Mesh:
     """A mesh with Auto axes, as jax.sharding.Mesh builds it."""
-    return Mesh(np.array(jax.devices()[first : first + devices]), ("x",))
+    return Mesh(np.array(helpers.devices(first + devices)[first:]), ("x",))
 
 
 def check_eigh(a, w, v, dtype=DTYPE):
@@ -109,7 +109,7 @@ def test_jit_without_mesh_runs_jax_and_backend_jaxmg_says_how_to_fix(rng):
     """Under jit an Auto-axis array does not show its devices: backend="auto"
     runs JAX's solver (as jax.scipy would); backend="jaxmg" names the fixes."""
     mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=jax.devices()[:2])
+                         devices=helpers.devices(2))
     a = helpers.spd(rng, 8, DTYPE)
     a_dev = jax.device_put(a, NamedSharding(mesh, P("x", None)))
     assert helpers.inverse_error(a, jax.jit(jaxmg.potri)(a_dev)) <= tol(8)
@@ -284,9 +284,9 @@ def test_mesh_shapes_and_axis_names(rng, shape, axis_types):
     dims, names = MESH_SHAPES[shape]
     axis = "gpus" if "gpus" in names else "x"
     if axis_types == "explicit":
-        mesh = jax.make_mesh(dims, names, devices=jax.devices()[:4])
+        mesh = jax.make_mesh(dims, names, devices=helpers.devices(4))
     else:
-        mesh = Mesh(np.array(jax.devices()[:4]).reshape(dims), names)
+        mesh = Mesh(np.array(helpers.devices(4)).reshape(dims), names)
     n = 12
     a = helpers.spd(rng, n, DTYPE, CONDITION)
     b = helpers.random_matrix(rng, n, DTYPE, 2)
@@ -299,7 +299,7 @@ def test_mesh_shapes_and_axis_names(rng, shape, axis_types):
 def test_permuted_devices(rng):
     """A mesh over devices in no particular order: positions on the axis,
     not device ids, decide who holds which rows."""
-    mesh = Mesh(np.array([jax.devices()[i] for i in (5, 2, 7, 0)]), ("x",))
+    mesh = Mesh(np.array([helpers.devices(8)[i] for i in (5, 2, 7, 0)]), ("x",))
     n = 16
     a = helpers.spd(rng, n, DTYPE, CONDITION)
     b = helpers.random_matrix(rng, n, DTYPE, 2)
@@ -350,7 +350,7 @@ def test_array_on_another_single_device(rng):
     n = 9
     a = helpers.spd(rng, n, DTYPE, CONDITION)
     b = helpers.random_matrix(rng, n, DTYPE, 1)
-    device = jax.devices()[5]
+    device = helpers.devices(6)[5]
     x = jaxmg.potrs(jax.device_put(a, device), jax.device_put(b, device), tile_size=2)
     assert x.sharding.device_set == {device}
     assert helpers.residual(a, x, b) <= tol(n)

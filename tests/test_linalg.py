@@ -543,7 +543,7 @@ def test_rows_over_both_axes_of_a_two_dimensional_mesh(rng, dtype, order):
     """A 2 x 2 mesh with rows over both axes, P(("r", "c"), None) or the other
     order (which deals rows to the devices differently): every routine gives
     NumPy's answer, and results keep a's row sharding."""
-    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(4))
     rows = NamedSharding(mesh, P(order, None))
     n = 12
     a_np = helpers.spd(rng, n, dtype, CONDITION)
@@ -567,7 +567,7 @@ def test_rows_over_both_axes_of_a_two_dimensional_mesh(rng, dtype, order):
 def test_inside_shard_map_over_a_two_dimensional_mesh(rng):
     """Inside the caller's shard_map over both axes: rows over both work and
     match NumPy; rows over one axis only are refused, naming the other."""
-    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(4))
     n = 16
     a_np = helpers.spd(rng, n, np.float64, CONDITION)
     b_np = helpers.random_matrix(rng, n, np.float64, 2)

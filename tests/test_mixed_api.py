@@ -194,6 +194,6 @@ def test_mesh_and_spec_place_the_rows(rng, spec):
 
 
 def test_a_spec_over_two_axes_is_refused(rng):
-    mesh = jax.make_mesh((1, 2), ("r", "c"), devices=jax.devices()[:2])
+    mesh = jax.make_mesh((1, 2), ("r", "c"), devices=helpers.devices(2))
     with pytest.raises(ValueError, match=r"takes rows sharded over one mesh axis"):
         jaxmg.potrs(spd(rng), np.ones(N), mesh=mesh, spec=P("r", "c"), precision="mixed")
