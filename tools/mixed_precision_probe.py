@@ -69,6 +69,18 @@ SMALLER_SIZES_TAKE = 4  # the fastest variants at the first size, tried at the o
 FACTOR_TAKE = 5  # variants whose factorisation is also timed alone (first size only)
 
 
+def variant_list(text: str) -> list:
+    """"bf16:2048:left:inverse:float32,..." -> [("bf16", 2048, "left", "inverse", "float32"), ...]"""
+    out = []
+    for item in text.split(","):
+        fields = item.split(":")
+        if len(fields) != 5:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: a variant is update:block_size:variant:panel_solve:panel")
+        out.append((fields[0], int(fields[1]), fields[2], fields[3], fields[4]))
+    return out
+
+
 def log(message: str) -> None:
     print(f"[{time.monotonic() - START:6.1f}s] {message}", flush=True)
 
@@ -261,6 +273,11 @@ def main() -> int:
     parser.add_argument("--kinds", default="spd,general")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gemm-size", type=int, default=8192, help="order of the GEMM rate check (0: skip)")
+    parser.add_argument("--spd-variants", type=variant_list, default=SPD_VARIANTS,
+                        help="the Cholesky variants to time, e.g. bf16:2048:left:inverse:float32,... "
+                             "(update:block size:variant:panel solve:panel; default: the list above)")
+    parser.add_argument("--lu-variants", type=variant_list, default=LU_VARIANTS,
+                        help="the LU variants, in the same form")
     args = parser.parse_args()
     out_dir = os.environ.get("OUT", "/tmp")
     sizes = [int(s) for s in args.sizes.split(",")]
@@ -298,7 +315,7 @@ def main() -> int:
             log(f"N={n} {kind} native: {base.get('time_s', float('nan')):.4f}s "
                 f"(factor {base.get('factor_s', float('nan')):.4f}s) berr {base.get('berr', float('nan')):.1e} "
                 f"temp {base.get('temp_copies', float('nan')):.2f} copies")
-            variants = SPD_VARIANTS if kind == "spd" else LU_VARIANTS
+            variants = args.spd_variants if kind == "spd" else args.lu_variants
             if i > 0:
                 best = fastest(result["runs"], sizes[0], kind, SMALLER_SIZES_TAKE)
                 variants = best or variants[:SMALLER_SIZES_TAKE]
