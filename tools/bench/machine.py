@@ -64,12 +64,12 @@ def too_big(n: int, itemsize: int, total: int, on_cpu: bool) -> str | None:
     On GPUs a call that runs out of memory raises and is recorded as OOM, so
     anything that leaves room for A itself is tried. Host memory is not so
     forgiving (the kernel's OOM killer, swapping): on CPU, 4 copies must fit."""
-    copies = 4 if on_cpu else 1
+    copies, share = (4, 0.9) if on_cpu else (1, 0.97)
     need = copies * n * n * itemsize
-    if need <= 0.9 * total:
+    if need <= share * total:
         return None
     what = "4 copies of A need" if on_cpu else "A alone needs"
-    return (f"not attempted: {what} {need / 2**30:.1f} GiB, more than 90% of the "
+    return (f"not attempted: {what} {need / 2**30:.1f} GiB, more than {share:.0%} of the "
             f"{total / 2**30:.1f} GiB the device(s) have")
 
 
