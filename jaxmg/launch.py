@@ -52,6 +52,7 @@ def initialize() -> bool:
         _die_with_launcher(int(os.environ[LAUNCHER_PID]))
     import jax
 
+    _tune_alone()
     devices = os.environ.get(LOCAL_DEVICE)
     # Cross-process collectives between host devices go through gloo.
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
@@ -62,6 +63,22 @@ def initialize() -> bool:
         local_device_ids=[int(d) for d in devices.split(",")] if devices else None,
     )
     return True
+
+
+SHARED_AUTOTUNING = "--xla_gpu_shard_autotuning"
+
+
+def _tune_alone() -> None:
+    """Has XLA:GPU autotune each process's programs in that process. By default
+    the processes of a job split the autotuning and wait for each other's
+    share, which assumes they all compile the same program: a rank that
+    brings another dtype or shape (a mistake jaxmg's channel names within its
+    timeout) would leave them all waiting in the compiler, for ever. A setting
+    of the user's own in XLA_FLAGS is kept; XLA reads the flags when its
+    backend starts, which jax.distributed.initialize must precede anyway."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    if SHARED_AUTOTUNING not in flags:
+        os.environ["XLA_FLAGS"] = f"{flags} {SHARED_AUTOTUNING}=false".strip()
 
 
 def _launcher_gone(pid: int) -> None:

@@ -2,7 +2,7 @@
 prefixed by rank, a failing rank stops the job with its status (a rank killed
 by a signal named as such), the ranks die with the launcher (SIGKILL or
 SIGTERM, also when started through a wrapper), and a jaxmg call on a mesh with
-several devices in each of several processes fails with a clear message."""
+several devices in each of several processes fails with a clear message; the ranks autotune alone."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import sys
 import textwrap
 import time
 
+import pytest
+
 import jaxmg
 
 PATHS = os.pathsep.join(
@@ -21,12 +23,12 @@ PATHS = os.pathsep.join(
 )
 
 
-def launch(tmp_path, body: str, n: int = 2, extra=(), timeout: float = 180):
+def launch(tmp_path, body: str, n: int = 2, extra=(), timeout: float = 180,
+           flags="--xla_force_host_platform_device_count=2"):
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(body))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(PYTHONPATH=PATHS, JAX_PLATFORMS="cpu",
-               XLA_FLAGS="--xla_force_host_platform_device_count=2")
+    env.update(PYTHONPATH=PATHS, JAX_PLATFORMS="cpu", XLA_FLAGS=flags)
     return subprocess.run(
         [sys.executable, "-m", "jaxmg.launch", "-n", str(n), *extra, str(script)],
         env=env, capture_output=True, text=True, timeout=timeout,
@@ -50,6 +52,25 @@ def test_ranks_join_one_job(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     for rank in (0, 1):
         assert f"[rank {rank}] process {rank} of 2 devices 4 sum 28" in result.stdout
+
+
+@pytest.mark.parametrize("own", ["", " --xla_gpu_shard_autotuning=true"])
+def test_ranks_autotune_alone_unless_the_user_says_otherwise(tmp_path, own):
+    """XLA:GPU's autotuning shared between processes waits for ever when they
+    compile different programs; initialize() turns it off before XLA starts,
+    keeping the user's other flags and a setting of their own."""
+    result = launch(tmp_path, """
+        import os, jax
+        import jaxmg.launch
+        assert jaxmg.launch.initialize()
+        print("flags", os.environ["XLA_FLAGS"], "devices", jax.local_device_count(), flush=True)
+        jax.distributed.shutdown()
+    """, flags="--xla_force_host_platform_device_count=2" + own)
+    assert result.returncode == 0, result.stderr[-3000:]
+    want = own.strip() or "--xla_gpu_shard_autotuning=false"
+    for rank in (0, 1):
+        line = next(l for l in result.stdout.splitlines() if l.startswith(f"[rank {rank}] flags"))
+        assert line.split()[3:] == ["--xla_force_host_platform_device_count=2", want, "devices", "2"], line
 
 
 def test_failing_rank_stops_the_job(tmp_path):
