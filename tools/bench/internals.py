@@ -15,7 +15,10 @@ def engine_of(routine: str, n: int, a, tile: int | None, backend: str) -> tuple[
         from jaxmg._src import dispatch, placement as placement_mod
 
         placement = placement_mod.resolve_placement(a, None, None)
-        layout = dispatch.layout(DISPATCH_NAME.get(routine, routine), n, placement, tile, backend)
+        # With the itemsize, as the library's own call passes it: auto's choice
+        # depends on whether JAX's solver fits beside A.
+        layout = dispatch.layout(DISPATCH_NAME.get(routine, routine), n, placement, tile, backend,
+                                 a.dtype.itemsize)
         name = layout.engine.name
         return name, (layout.tile if name in ("jaxmg", "mp") else None)
     except Exception:  # private API: only for the report
