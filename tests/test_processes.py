@@ -409,3 +409,19 @@ def test_jaxmg_programs_across_processes_hold_no_xla_collective(tmp_path):
     for name in ("potrs", "solve_pos", "solve_gen", "cho_solve", "lu_solve", "inv_pos",
                  "eigvalsh", "eigh"):
         assert f"[rank 0] {name} clean" in out, out[-4000:]
+
+
+@pytest.mark.parametrize("platform, flags, warned", [
+    ("gpu", "", True),
+    ("gpu", "--xla_force_host_platform_device_count=2", True),
+    ("gpu", "--xla_gpu_shard_autotuning=false", False),
+    ("gpu", "--xla_gpu_shard_autotuning=true", False),  # the user's own choice
+    ("cpu", "", False),
+])
+def test_gpu_jobs_sharing_autotuning_are_warned_with_the_fix(platform, flags, warned):
+    from jaxmg._src import processes
+
+    caution = processes.shared_autotuning_caution(platform, flags)
+    assert (caution is not None) == warned
+    if warned:
+        assert "XLA_FLAGS=--xla_gpu_shard_autotuning=false" in caution

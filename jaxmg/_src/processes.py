@@ -29,6 +29,7 @@ import os
 import secrets
 import socket
 import sys
+import warnings
 
 import jax
 import numpy as np
@@ -69,12 +70,27 @@ def open_channel() -> str:
         "ordinals": {str(d.id): d.local_hardware_id for d in jax.local_devices()},
     }
     client.key_value_set(_PROCESS_KEY.format(me), json.dumps(mine), allow_overwrite=True)
+    caution = shared_autotuning_caution(jax.local_devices()[0].platform, os.environ.get("XLA_FLAGS", ""))
+    if caution:
+        warnings.warn(caution, RuntimeWarning, stacklevel=3)
     lib = library.library()
     error = ctypes.create_string_buffer(4096)
     _leave_failed_jobs_at_once()
     if lib.jaxmg_processes_open(token.encode(), me, error, len(error)):
         raise RuntimeError(error.value.decode())
     return token.split(":")[0]
+
+
+def shared_autotuning_caution(platform: str, xla_flags: str) -> str | None:
+    """The warning for a GPU job whose processes share XLA's autotuning (the
+    default, unless jaxmg.launch.initialize() started the process), or None."""
+    if platform != "gpu" or "--xla_gpu_shard_autotuning" in xla_flags:
+        return None
+    return ("jaxmg: XLA:GPU shares autotuning between this job's processes and waits for "
+            "every share, so processes that compile different programs (say, one rank "
+            "bringing another dtype, which jaxmg would refuse by name) wait in the compiler "
+            "for ever. Set XLA_FLAGS=--xla_gpu_shard_autotuning=false before JAX starts "
+            "(jaxmg.launch.initialize() does)")
 
 
 _uncaught_failure: str | None = None  # an uncaught jaxmg error, in its own words
