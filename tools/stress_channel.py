@@ -257,12 +257,28 @@ def _alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def channel_names() -> set[str]:
-    """jaxmg's channel sockets as any local user sees them (/proc/net/unix)."""
+def channel_names(pid: int | None) -> set[str]:
+    """The names of jaxmg channel sockets that process `pid` holds, as any
+    local user sees them (/proc/net/unix, matched to its fds by inode), so
+    that another job running on the machine meanwhile is never taken for
+    this one. None (a rank not started yet): none."""
+    if pid is None:
+        return set()
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[len("socket:["):-1])
+    except OSError:
+        return set()
     names = set()
     for line in Path("/proc/net/unix").read_text().splitlines()[1:]:
         parts = line.split()
-        if len(parts) >= 8 and parts[7].startswith("@jaxmg-"):
+        if len(parts) >= 8 and parts[7].startswith("@jaxmg-") and parts[6] in inodes:
             names.add(parts[7][1:])
     return names
 
@@ -463,12 +479,11 @@ def scenario_calls(s: Settings, ranks: int = 2) -> Result:
 
 
 def scenario_hostile(s: Settings) -> Result:
-    before = channel_names()
     job = _job(s, 2, "launcher", calls=100000, pause=0.01)
     if not _started(job, s) or not job.wait_for(lambda: job.count(r"^call 2 ok") == 2, 120):
         job.kill_all()
         return Result("hostile", False, "the job did not start: " + job.text(0)[-600:], 0.0)
-    names = sorted(n for n in channel_names() - before if n.endswith("-0"))
+    names = sorted(n for n in channel_names(job.pid(0)) if n.endswith("-0"))
     if not names:
         job.kill_all()
         return Result("hostile", False, "rank 0's channel is not in /proc/net/unix", 0.0)
@@ -518,15 +533,14 @@ def scenario_squatter(s: Settings) -> Result:
     if os.geteuid() != 0:
         return Result("squatter", True, "skipped: needs root, to start a process of another "
                       "user (nobody)", 0.0)
-    before = channel_names()
     delay = 6.0
     job = _job(s, 2, "direct", calls=3, per_rank={"0": {"delay": delay}})
     # Rank 1 opens its channel first; rank 0's name follows from it.
-    if not job.wait_for(lambda: any(n.endswith("-1") for n in channel_names() - before),
+    if not job.wait_for(lambda: any(n.endswith("-1") for n in channel_names(job.pid(1))),
                         s.start_s + delay):
         job.kill_all()
         return Result("squatter", False, "rank 1's channel never appeared", 0.0)
-    one = next(n for n in channel_names() - before if n.endswith("-1"))
+    one = next(n for n in channel_names(job.pid(1)) if n.endswith("-1"))
     squatter = Squatter(one[:-1] + "0")
     if squatter.ready.startswith("refused"):
         job.kill_all()
