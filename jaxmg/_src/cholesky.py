@@ -106,14 +106,13 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
     """
+    return_info = arguments.check_flag(return_info, "return_info")
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
-        return_info = arguments.check_flag(return_info, "return_info")
         x, record = mixed_api.solve("spd", a, b, triangle="upper", mesh=mesh, spec=spec)
         return (x, record) if return_info else x
     # Checked before the key: 2.0 == 2 and 1 == True must not find another's plan.
     tile = arguments.check_tile(tile_size)
-    return_info = arguments.check_flag(return_info, "return_info")
     donate = arguments.check_flag(donate, "donate")
     key = eager_key((a, b), "potrs", tile, mesh, spec, backend, return_info, donate)
     plan = plans.find(key)
@@ -167,14 +166,12 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     arguments as for :func:`jaxmg.potrs`.
     """
     del overwrite_a, check_finite
-    if mixed_api.check_precision(precision):
-        mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
-        failures.check_on_failure(on_failure)
-        lower = arguments.check_flag(lower, "lower")
-        return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
-                                spec=spec, on_failure=on_failure)
     failures.check_on_failure(on_failure)
     lower = arguments.check_flag(lower, "lower")
+    if mixed_api.check_precision(precision):
+        mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
+        return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
+                                spec=spec, on_failure=on_failure)
     donate = arguments.check_flag(donate, "donate")
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
     f = factorise(upper_read(a, lower, layout), layout, donate=donate)

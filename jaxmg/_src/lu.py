@@ -84,11 +84,10 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     tensor-core LU and a) that lu_solve refines against a. Arguments as for
     :func:`jaxmg.cho_factor`."""
     del overwrite_a, check_finite
+    failures.check_on_failure(on_failure)
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
-        failures.check_on_failure(on_failure)
         return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
-    failures.check_on_failure(on_failure)
     donate = arguments.check_flag(donate, "donate")
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
     f = factorise(a, layout, donate=donate)

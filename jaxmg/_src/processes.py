@@ -34,6 +34,7 @@ import warnings
 import jax
 import numpy as np
 
+from jaxmg import launch
 from jaxmg._src import config, library
 
 _TOKEN_KEY = "jaxmg/channel_token"
@@ -70,7 +71,8 @@ def open_channel() -> str:
         "ordinals": {str(d.id): d.local_hardware_id for d in jax.local_devices()},
     }
     client.key_value_set(_PROCESS_KEY.format(me), json.dumps(mine), allow_overwrite=True)
-    caution = shared_autotuning_caution(jax.local_devices()[0].platform, os.environ.get("XLA_FLAGS", ""))
+    platform = jax.local_devices()[0].platform
+    caution = shared_autotuning_caution(platform, os.environ.get("XLA_FLAGS", ""))
     if caution:
         warnings.warn(caution, RuntimeWarning, stacklevel=3)
     lib = library.library()
@@ -84,12 +86,12 @@ def open_channel() -> str:
 def shared_autotuning_caution(platform: str, xla_flags: str) -> str | None:
     """The warning for a GPU job whose processes share XLA's autotuning (the
     default, unless jaxmg.launch.initialize() started the process), or None."""
-    if platform != "gpu" or "--xla_gpu_shard_autotuning" in xla_flags:
+    if platform != "gpu" or launch.SHARED_AUTOTUNING in xla_flags:
         return None
     return ("jaxmg: XLA:GPU shares autotuning between this job's processes and waits for "
             "every share, so processes that compile different programs (say, one rank "
             "bringing another dtype, which jaxmg would refuse by name) wait in the compiler "
-            "for ever. Set XLA_FLAGS=--xla_gpu_shard_autotuning=false before JAX starts "
+            f"for ever. Set XLA_FLAGS={launch.SHARED_AUTOTUNING}=false before JAX starts "
             "(jaxmg.launch.initialize() does)")
 
 
