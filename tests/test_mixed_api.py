@@ -56,6 +56,10 @@ def test_cho_factor_reads_the_triangle_it_is_told(rng):
     lower_only = np.tril(a) + np.triu(np.full_like(a, 7.0), 1)  # the other triangle is junk
     f = jaxmg.cho_factor(lower_only, lower=True, precision="mixed")
     assert isinstance(f, jaxmg.MixedFactor) and int(f.info) == 0
+    # the norms its solves refine with are the Hermitian matrix's, not the junk's
+    anorm, floor = (float(v) for v in f.norms)
+    assert anorm == pytest.approx(np.abs(a).sum(1).max(), rel=1e-12)
+    assert floor == pytest.approx(np.finfo(np.float64).eps * np.linalg.norm(a, axis=1).max() / anorm, rel=1e-12)
     close(jaxmg.cho_solve(f, b), a, b)
     close(jaxmg.cho_solve(f, b[:, 0]), a, b[:, 0])
 

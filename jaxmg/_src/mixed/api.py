@@ -29,12 +29,14 @@ PRECISIONS = ("highest", "mixed")
 # inverse of the diagonal block; where BF16 cannot factor the matrix (cond
 # beyond about 1e3) it factors again with BF16x3 updates (float32-like
 # accuracy on tensor cores). LU: BF16's pivot growth left refinement at 22-30
-# steps even at cond 10 (docs/benchmarks.md), so BF16x3 from the start;
-# right-looking, panels of 4096 columns (its program grows with (N / nb)^2
-# blocks, and so does its compile time).
+# steps even at cond 10 (docs/benchmarks.md); TF32 refines in as few steps
+# as BF16x3 and its GEMMs run faster; U12 as a GEMM with the inverse of the
+# diagonal block (cuBLAS's triangular solve of that shape runs at a fifth
+# of the GEMM's rate); right-looking, panels of 4096 columns (its program
+# grows with (N / nb)^2 blocks, and so does its compile time).
 SPD = dict(block_size=2048, update="bf16", panel="float32", variant="left", panel_solve="inverse")
-GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
-               panel_solve="trsm")
+GENERAL = dict(block_size=4096, update="tf32", panel="float32", variant="right",
+               panel_solve="inverse")
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
 
@@ -54,7 +56,7 @@ def check_precision(precision) -> bool:
 
 @functools.partial(
     jax.tree_util.register_dataclass,
-    data_fields=("a", "factor", "factor_info"),
+    data_fields=("a", "factor", "factor_info", "norms"),
     meta_fields=("kind", "cfg", "rows", "on_failure"),
 )
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +71,7 @@ class MixedFactor:
     a: jax.Array
     factor: object
     factor_info: jax.Array
+    norms: tuple  # (||A||_inf, the residual's floor): refine.norms, computed once
     kind: str
     cfg: blk.Config
     rows: placement.Rows
@@ -141,8 +144,8 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     if kind == "spd":
         a = _read(a, triangle != "lower", rows)
     cfg = _config(kind, a.dtype)
-    f, info = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE)
-    return MixedFactor(a, f, info, kind, cfg, rows, on_failure)
+    f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE)
+    return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
@@ -252,15 +255,15 @@ def _solve(f: MixedFactor, b, *, trans: int):
 
 def _refined(f: MixedFactor, b):
     factor = jax.lax.stop_gradient(f.factor)
-    return solvers.solve_factored(f.kind, jax.lax.stop_gradient(f.a), factor, f.factor_info, b,
-                                  f.cfg, REFINEMENT, True, f.rows)
+    return solvers.solve_factored(f.kind, jax.lax.stop_gradient(f.a), factor, f.factor_info,
+                                  jax.lax.stop_gradient(f.norms), b, f.cfg, REFINEMENT, True, f.rows)
 
 
 def _transposed(f: MixedFactor) -> MixedFactor:
     a_t = placement.call(f.rows, lambda a: f.rows.rows(a.T), P(f.rows.axis, None),
                          jax.lax.stop_gradient(f.a))
-    t, info = solvers.factorise(f.kind, a_t, f.cfg, f.rows, retry=RETRY_UPDATE)
-    return MixedFactor(a_t, t, info, f.kind, f.cfg, f.rows, f.on_failure)
+    t, info, norms = solvers.factorise(f.kind, a_t, f.cfg, f.rows, retry=RETRY_UPDATE)
+    return MixedFactor(a_t, t, info, norms, f.kind, f.cfg, f.rows, f.on_failure)
 
 
 def _product(a, rows: placement.Rows, x):

@@ -139,56 +139,62 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
 
 def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | None = None):
     """The low-precision factorisation alone, for solving later with
-    solve_factored: (CholeskyFactor or LUFactor, its info). Where it fails
-    (at BF16 a Cholesky of a matrix conditioned beyond about 1e3 does) and
-    `retry` names a more accurate update precision, the factorisation runs
-    again with it (same panels, so the same factor structure) before the
-    solves would fall back to float64."""
+    solve_factored: (CholeskyFactor or LUFactor, its info, A's norms for the
+    refinement: refine.norms, one pass over A that the solves then skip).
+    Where it fails (at BF16 a Cholesky of a matrix conditioned beyond about
+    1e3 does) and `retry` names a more accurate update precision, the
+    factorisation runs again with it (same panels, so the same factor
+    structure) before the solves would fall back to float64."""
     factor = chol._cholesky if kind == "spd" else lum._lu
-    scale = _scale(a)
+    norms = _norms(a)
+    scale = _scale(norms[0])
     f, info = factor(a, scale, cfg=cfg, rows=rows)
     if retry is None or retry == cfg.update:
-        return f, info
+        return f, info, norms
     again = dataclasses.replace(cfg, update=retry)
     if not isinstance(info, jax.core.Tracer):  # eager: compile the retry only when needed
-        return factor(a, scale, cfg=again, rows=rows) if int(info) != 0 else (f, info)
-    return lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows), lambda: (f, info))
+        return (*(factor(a, scale, cfg=again, rows=rows) if int(info) != 0 else (f, info)), norms)
+    return (*lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows), lambda: (f, info)),
+            norms)
 
 
-def solve_factored(kind: str, a, factor, factor_info, b, cfg: blk.Config, opts: rf.Options,
+def solve_factored(kind: str, a, factor, factor_info, norms, b, cfg: blk.Config, opts: rf.Options,
                    fallback: bool, rows: placement.Rows):
-    """Refines solves of a x = b (b: (N, K)) with a factor from factorise:
-    (x, Refinement), as spd_solve / general_solve."""
-    return _solve_factored(a, factor, factor_info, b, kind=kind, cfg=cfg, opts=opts,
+    """Refines solves of a x = b (b: (N, K)) with a factor and the norms
+    from factorise: (x, Refinement), as spd_solve / general_solve."""
+    return _solve_factored(a, factor, factor_info, norms, b, kind=kind, cfg=cfg, opts=opts,
                            fallback=fallback, rows=rows)
 
 
+_norms = jax.jit(rf.norms)
+
+
 @jax.jit
-def _scale(a):
+def _scale(anorm):
     """A power of two near 1 / ||A||_inf: the factorisation's inputs stay
     within the low precision's range."""
-    anorm, _ = rf.norms(a)
     finite = jnp.isfinite(anorm) & (anorm > 0)
     return jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
-def _solve_factored(a, factor, factor_info, b, *, kind, cfg, opts, fallback, rows):
+def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows):
     out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
     body = functools.partial(_refine_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback,
                              rows=rows)
-    return placement.call(rows, body, out_specs, a, factor, factor_info, b)
+    return placement.call(rows, body, out_specs, a, factor, factor_info, norms, b)
 
 
 def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
     factor_body = chol._factor if kind == "spd" else lum._factor
-    factor, factor_info = factor_body(a, _scale(a), cfg=cfg, rows=rows)
-    return _refine_body(a, factor, factor_info, b, kind=kind, cfg=cfg, opts=opts,
+    norms = rf.norms(a)
+    factor, factor_info = factor_body(a, _scale(norms[0]), cfg=cfg, rows=rows)
+    return _refine_body(a, factor, factor_info, norms, b, kind=kind, cfg=cfg, opts=opts,
                         fallback=fallback, rows=rows)
 
 
-def _refine_body(a, factor, factor_info, b, *, kind, cfg, opts, fallback, rows):
-    anorm, floor = rf.norms(a)
+def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows):
+    anorm, floor = norms
     low_solve = chol._sweeps if kind == "spd" else lum._sweeps
 
     def precondition(r):
