@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from scipy.linalg import lapack
 
-from helpers import hermitian, mesh, random_matrix, spd
+from helpers import devices, hermitian, mesh, random_matrix, spd
 from jaxmg._src.mixed import blocks, cholesky, lu, placement, precision, refine, solvers
 
 CONDITIONS = (10.0, 1e4, 1e6)
@@ -166,7 +166,10 @@ def test_cholesky_under_jit_is_the_eager_factor(rng):
     a = jnp.asarray(spd(rng, N, np.float64, 10.0))
     eager, _ = cholesky.cholesky(a, block_size=NB)
     traced, _ = jax.jit(lambda a: cholesky.cholesky(a, block_size=NB))(a)
-    np.testing.assert_array_equal(cholesky.dense(eager), cholesky.dense(traced))
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(cholesky.dense(eager), cholesky.dense(traced))
+    else:  # GPU GEMMs are autotuned per program: the two may round differently
+        np.testing.assert_allclose(cholesky.dense(traced), cholesky.dense(eager), rtol=0, atol=1e-6)
 
 
 # --------------------------------------------------------------------------
@@ -416,7 +419,8 @@ def test_refine_stops_at_the_floor(rng):
 
 
 def sharded(x, axis_type):
-    m = mesh(4) if axis_type == AxisType.Explicit else jax.make_mesh((4,), ("x",), axis_types=(axis_type,))
+    m = mesh(4) if axis_type == AxisType.Explicit else jax.make_mesh(
+        (4,), ("x",), axis_types=(axis_type,), devices=devices(4))
     return jax.device_put(jnp.asarray(x), NamedSharding(m, P("x", None))), m
 
 
@@ -518,4 +522,4 @@ def test_bad_operands_name_the_fix():
     with pytest.raises(TypeError, match="fallback must be True or False"):
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), fallback="yes")
     with pytest.raises(ValueError, match="pass axis= naming"):
-        solvers.spd_solve(jnp.eye(4), jnp.ones(4), mesh=jax.make_mesh((2, 2), ("a", "b")))
+        solvers.spd_solve(jnp.eye(4), jnp.ones(4), mesh=jax.make_mesh((1, 1), ("a", "b"), devices=devices(1)))

@@ -29,14 +29,13 @@ PRECISIONS = ("highest", "mixed")
 # inverse of the diagonal block; where BF16 cannot factor the matrix (cond
 # beyond about 1e3) it factors again with BF16x3 updates (float32-like
 # accuracy on tensor cores). LU: BF16's pivot growth left refinement at 22-30
-# steps even at cond 10 (docs/benchmarks.md); TF32 refines in as few steps
-# as BF16x3 and its GEMMs run faster; U12 as a GEMM with the inverse of the
-# diagonal block (cuBLAS's triangular solve of that shape runs at a fifth
-# of the GEMM's rate); right-looking, panels of 4096 columns (its program
+# steps even at cond 10, and so did TF32's on U S V^T matrices at N=16384
+# and 32768 (it converged in 4 on W / sqrt(N) + 3 I: docs/benchmarks.md), so
+# BF16x3 from the start; right-looking, panels of 4096 columns (its program
 # grows with (N / nb)^2 blocks, and so does its compile time).
 SPD = dict(block_size=2048, update="bf16", panel="float32", variant="left", panel_solve="inverse")
-GENERAL = dict(block_size=4096, update="tf32", panel="float32", variant="right",
-               panel_solve="inverse")
+GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
+               panel_solve="trsm")
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
 
