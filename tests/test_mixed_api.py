@@ -73,6 +73,24 @@ def test_lu_factor_and_lu_solve_in_every_op(rng, dtype, trans):
                                                     lambda m: m.conj().T][trans])
 
 
+def test_transposed_solves_and_gradients_factor_once(rng, monkeypatch):
+    """lu_solve(trans=1 or 2) and the gradient of a general solve run A^T's
+    and A^H's sweeps on A's one factorisation, not a second of A^T."""
+    from jaxmg._src.mixed import solvers
+
+    calls = []
+    factorise = solvers.factorise
+    monkeypatch.setattr(solvers, "factorise", lambda *a, **k: calls.append(1) or factorise(*a, **k))
+    a, b = general(rng), helpers.random_matrix(rng, N, np.float64, 2)
+    f = jaxmg.lu_factor(a, precision="mixed")
+    for trans in (1, 2):
+        close(jaxmg.lu_solve(f, b, trans=trans), a, b, lambda m: m.T)
+    assert len(calls) == 1
+    calls.clear()
+    jax.grad(lambda a: jnp.sum(jaxmg.solve(a, b, precision="mixed") ** 2))(a)
+    assert len(calls) == 1
+
+
 @pytest.mark.parametrize("assume_a", ["pos", "gen"])
 def test_derivatives_match_the_float64_solver(rng, assume_a):
     a = spd(rng) if assume_a == "pos" else general(rng)

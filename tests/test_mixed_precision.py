@@ -215,6 +215,15 @@ def test_lu_solve_applies_the_inverse(rng, n, nb, dtype, variant):
     assert np.linalg.norm(a @ x - b) / np.linalg.norm(b) < 100 * n * eps(dtype) * 100
 
 
+@pytest.mark.parametrize("n,nb,dtype,variant", [LU_CASES[0], LU_CASES[2], LU_CASES[3], LU_CASES[4]])
+def test_lu_adjoint_solve_applies_the_adjoint_inverse(rng, n, nb, dtype, variant):
+    a = general(rng, n, dtype, 100.0)
+    b = random_matrix(rng, n, dtype, 2)
+    f, _ = lu.lu(jnp.asarray(a), block_size=nb, update="f64", panel="float64", variant=variant)
+    x = np.asarray(lu.solve(f, jnp.asarray(b), adjoint=True))
+    assert np.linalg.norm(a.conj().T @ x - b) / np.linalg.norm(b) < 100 * n * eps(dtype) * 100
+
+
 @pytest.mark.parametrize("panel_solve", ["trsm", "inverse"])
 def test_lu_error_is_the_update_precisions(rng, panel_solve):
     n = 96
@@ -455,6 +464,24 @@ def test_sharded_solves_are_fp64_accurate(rng, kind, max_iterations):
     check_fp64_accurate(a, b, x, record, (fp64_spd if kind == "spd" else fp64_general)(a, b))
 
 
+@pytest.mark.parametrize("max_iterations", [30, 0])
+def test_sharded_adjoint_solves_are_fp64_accurate(rng, max_iterations):
+    """A^H x = b from A's row-sharded factor: refined, and by the sharded
+    float64 fallback's adjoint sweeps."""
+    a = general(rng, N, np.complex128, 10.0)
+    b = random_matrix(rng, N, np.complex128, K)
+    a_rows, m = sharded(a, AxisType.Explicit)
+    rows = placement.resolve(a_rows, m, "x")
+    cfg = blocks.config(a.dtype, block_size=NB, update="bf16x3", panel="float32", variant="right",
+                        panel_solve="trsm", variants=lu.VARIANTS)
+    f, info, norms = solvers.factorise("general", a_rows, cfg, rows)
+    x, record = solvers.solve_factored("general", a_rows, f, info, norms, jnp.asarray(b), cfg,
+                                       refine.options(max_iterations=max_iterations), True, rows,
+                                       adjoint=True)
+    assert np.all(np.asarray(record.fallback) == (max_iterations == 0))
+    check_fp64_accurate(a.conj().T, b, x, record, fp64_general(a.conj().T, b))
+
+
 def collective_sizes(hlo: str) -> list[int]:
     """Element counts of every collective's result in compiled HLO text."""
     sizes = []
@@ -483,6 +510,12 @@ def test_sharded_programs_never_gather_the_matrix(rng):
         programs[kind + " solve"] = solvers._solve.lower(
             a_rows, b, kind=kind, cfg=cfg, opts=opts, fallback=True, rows=rows
         )
+    f, info = lu._lu(a_rows, scale, cfg=cfg, rows=rows)
+    norms = (jnp.ones(()), jnp.ones(()))
+    programs["general adjoint solve"] = solvers._solve_factored.lower(
+        a_rows, f, info, norms, b, kind="general", cfg=cfg, opts=refine.options(max_iterations=0),
+        fallback=True, rows=rows, adjoint=True
+    )
     for name, lowered in programs.items():
         sizes = collective_sizes(lowered.compile().as_text())
         assert sizes, f"{name}: no collectives found: is the program sharded at all?"

@@ -236,11 +236,9 @@ def _solve(f: MixedFactor, b, *, trans: int):
     def direct(_, rhs):  # A x = rhs
         return _refined(f, rhs)
 
-    def transposed(_, rhs):  # A^T x = rhs: A conj(x) = conj(rhs) for Hermitian A
-        if f.kind == "spd":
-            x, record = _refined(f, jnp.conj(rhs))
-            return jnp.conj(x), record
-        return _refined(_transposed(f), rhs)
+    def transposed(_, rhs):  # A^T x = rhs: A^H conj(x) = conj(rhs), A^H = A for Hermitian A
+        x, record = _refined(f, jnp.conj(rhs), adjoint=True)
+        return jnp.conj(x), record
 
     if trans == 0:
         return jax.lax.custom_linear_solve(matvec, b, direct, transposed, has_aux=True)
@@ -252,17 +250,12 @@ def _solve(f: MixedFactor, b, *, trans: int):
     return (jnp.conj(x) if adjoint and conj else x), record
 
 
-def _refined(f: MixedFactor, b):
+def _refined(f: MixedFactor, b, adjoint: bool = False):
+    """A x = b, or A^H x = b (adjoint) with the same factor, refined against A."""
     factor = jax.lax.stop_gradient(f.factor)
     return solvers.solve_factored(f.kind, jax.lax.stop_gradient(f.a), factor, f.factor_info,
-                                  jax.lax.stop_gradient(f.norms), b, f.cfg, REFINEMENT, True, f.rows)
-
-
-def _transposed(f: MixedFactor) -> MixedFactor:
-    a_t = placement.call(f.rows, lambda a: f.rows.rows(a.T), P(f.rows.axis, None),
-                         jax.lax.stop_gradient(f.a))
-    t, info, norms = solvers.factorise(f.kind, a_t, f.cfg, f.rows, retry=RETRY_UPDATE)
-    return MixedFactor(a_t, t, info, norms, f.kind, f.cfg, f.rows, f.on_failure)
+                                  jax.lax.stop_gradient(f.norms), b, f.cfg, REFINEMENT, True, f.rows,
+                                  adjoint=adjoint)
 
 
 def _product(a, rows: placement.Rows, x):

@@ -170,19 +170,21 @@ def _subtract_below(col, g, o: int, rows: placement.Rows):
     return rows.rows(col - g)
 
 
-def solve(f: LUFactor, b):
-    """A^{-1} b at the factor's precision, by block triangular sweeps (GEMVs
-    with the block columns and the inverses of the diagonal blocks).
-    b: (N, K); returns the factor's dtype."""
-    return _solve(f, b)
+def solve(f: LUFactor, b, *, adjoint: bool = False):
+    """A^{-1} b (adjoint: A^{-H} b) at the factor's precision, by block
+    triangular sweeps (GEMVs with the block columns and the inverses of the
+    diagonal blocks). b: (N, K); returns the factor's dtype."""
+    return _solve(f, b, adjoint=adjoint)
 
 
-@jax.jit
-def _solve(f: LUFactor, b):
-    return placement.call(f.rows, _sweeps, P(), f, b)
+@functools.partial(jax.jit, static_argnames=("adjoint",))
+def _solve(f: LUFactor, b, *, adjoint: bool):
+    return placement.call(f.rows, functools.partial(_sweeps, adjoint=adjoint), P(), f, b)
 
 
-def _sweeps(f: LUFactor, b):
+def _sweeps(f: LUFactor, b, *, adjoint: bool = False):
+    if adjoint:
+        return _adjoint_sweeps(f, b)
     rows = f.rows
     parts = blk.offsets(c.shape[1] for c in f.columns)
     n = b.shape[0]
@@ -207,6 +209,35 @@ def _sweeps(f: LUFactor, b):
         else:
             y = y.at[:o].add(-placement.dot(c[:o], xj))
     return y * f.scale.astype(y.dtype)
+
+
+def _adjoint_sweeps(f: LUFactor, b):
+    """(scale A)^H = U^H L^H P: U^H z = b forward (U's blocks above the
+    diagonal are the block columns' top rows), L^H w = z backward, then
+    P^T w; the same factor as the direct sweeps, no other."""
+    rows = f.rows
+    parts = blk.offsets(c.shape[1] for c in f.columns)
+    n = b.shape[0]
+    r = rows.row_index(0, n)
+    y = rows.whole(b.astype(f.dtype))
+    for (o, w), c, uinv in zip(parts, f.columns, f.upper_inverses):  # U^H z = b
+        t = y[o : o + w]
+        if o > 0:
+            above = y if rows.sharded else y[:o]
+            if rows.sharded:
+                above = jnp.where(r < o, above, 0)
+            t = t - rows.row_product(c if rows.sharded else c[:o], above, adjoint_x=True)
+        y = rows.whole(y.at[o : o + w].set(placement.dot(uinv, t, adjoint_x=True)))
+    for (o, w), c, linv in reversed(list(zip(parts, f.columns, f.lower_inverses))):  # L^H w = z
+        t = y[o : o + w]
+        if o + w < n:
+            below = y if rows.sharded else y[o + w :]
+            if rows.sharded:
+                below = jnp.where(r >= o + w, below, 0)
+            t = t - rows.row_product(c if rows.sharded else c[o + w :], below, adjoint_x=True)
+        y = rows.whole(y.at[o : o + w].set(placement.dot(linv, t, adjoint_x=True)))
+    x = jnp.zeros_like(y).at[f.permutation].set(y)
+    return rows.whole(x) * f.scale.astype(y.dtype)
 
 
 def dense(f: LUFactor):

@@ -68,11 +68,12 @@ def options(method="auto", max_iterations=30, restart=20, inner_tolerance=1e-4) 
     return Options(method, max_iterations, restart, float(inner_tolerance))
 
 
-def norms(a):
+def norms(a, *, adjoint: bool = False):
     """(||A||_inf, the residual rounding estimate eps * max_i ||a_i||_2 /
-    ||A||_inf): one pass over A."""
-    row_abs = jnp.sum(jnp.abs(a), axis=1)
-    row_two = jnp.sqrt(jnp.sum(jnp.abs(a) ** 2, axis=1))
+    ||A||_inf): one pass over A. adjoint: A^H's, from A's columns."""
+    axis = 0 if adjoint else 1
+    row_abs = jnp.sum(jnp.abs(a), axis=axis)
+    row_two = jnp.sqrt(jnp.sum(jnp.abs(a) ** 2, axis=axis))
     anorm = jnp.max(row_abs)
     eps = jnp.finfo(a.dtype).eps
     floor = eps * jnp.max(row_two) / jnp.where(anorm > 0, anorm, 1)

@@ -159,11 +159,12 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
 
 
 def solve_factored(kind: str, a, factor, factor_info, norms, b, cfg: blk.Config, opts: rf.Options,
-                   fallback: bool, rows: placement.Rows):
+                   fallback: bool, rows: placement.Rows, adjoint: bool = False):
     """Refines solves of a x = b (b: (N, K)) with a factor and the norms
-    from factorise: (x, Refinement), as spd_solve / general_solve."""
+    from factorise: (x, Refinement), as spd_solve / general_solve.
+    adjoint (LU): solves a^H x = b with the same factor, against a^H's norms."""
     return _solve_factored(a, factor, factor_info, norms, b, kind=kind, cfg=cfg, opts=opts,
-                           fallback=fallback, rows=rows)
+                           fallback=fallback, rows=rows, adjoint=adjoint and kind == "general")
 
 
 _norms = jax.jit(rf.norms)
@@ -177,11 +178,11 @@ def _scale(anorm):
     return jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
-def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows):
+@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint"))
+def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows, adjoint):
     out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
     body = functools.partial(_refine_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback,
-                             rows=rows)
+                             rows=rows, adjoint=adjoint)
     return placement.call(rows, body, out_specs, a, factor, factor_info, norms, b)
 
 
@@ -193,23 +194,26 @@ def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
                         fallback=fallback, rows=rows)
 
 
-def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows):
-    anorm, floor = norms
-    low_solve = chol._sweeps if kind == "spd" else lum._sweeps
+def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows,
+                 adjoint=False):
+    anorm, floor = rf.norms(a, adjoint=True) if adjoint else norms
+    low_solve = chol._sweeps if kind == "spd" else functools.partial(lum._sweeps, adjoint=adjoint)
 
     def precondition(r):
         s = jnp.max(jnp.abs(r), axis=0)
         s = jnp.where(s > 0, s, 1)
         return low_solve(factor, r / s).astype(r.dtype) * s
 
-    matvec = functools.partial(_matvec, a, rows)
+    matvec = functools.partial(_matvec, a, rows, adjoint=adjoint)
     x, iterations, gmres, converged, berr = rf.refine(
         matvec, precondition, b, anorm, floor, opts, start_ok=factor_info == 0
     )
 
     def fall_back(x):
-        solve64 = _spd_fallback if kind == "spd" else _general_fallback
-        x64, info = solve64(a, b, anorm, floor, rows, cfg, factor_info)
+        if kind == "spd":
+            x64, info = _spd_fallback(a, b, anorm, floor, rows, cfg, factor_info)
+        else:
+            x64, info = _general_fallback(a, b, anorm, floor, rows, cfg, factor_info, adjoint)
         x = jnp.where(converged, x, x64)
         return x, rf.backward_error(b - matvec(x), x, b, anorm), info
 
@@ -219,8 +223,8 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
     return rows.whole(x), Refinement(iterations, gmres, ~converged, berr, factor_info, info)
 
 
-def _matvec(a, rows: placement.Rows, x):
-    return rows.row_product(a, x)
+def _matvec(a, rows: placement.Rows, x, adjoint: bool = False):
+    return rows.row_product(a, x, adjoint_x=adjoint)
 
 
 _FALLBACK_REFINEMENT = rf.Options(method="ir", max_iterations=4)
@@ -244,24 +248,26 @@ def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, fac
     return _fallback_solve(a, b, anorm, floor, rows, solve, info)
 
 
-def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info):
+def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info,
+                      adjoint: bool = False):
     """Float64 LU: JAX's own on one device, the blocked one at float64 on
-    row-sharded matrices; then a few float64 refinement steps."""
+    row-sharded matrices; then a few float64 refinement steps (of a^H x = b
+    with adjoint, from the same LU of a)."""
     if rows.sharded:
         exact = blk.Config(cfg.block_size, "f64", "float64", "right", "trsm")
         factor, info = lum._factor(a, jnp.ones((), anorm.dtype), cfg=exact, rows=rows)
-        solve = functools.partial(lum._sweeps, factor)
+        solve = functools.partial(lum._sweeps, factor, adjoint=adjoint)
     else:
         lu_, piv = jsl.lu_factor(a)
         diag = jnp.diagonal(lu_)
         bad = (diag == 0) | ~jnp.isfinite(diag)
         info = jnp.where(jnp.any(bad), 1 + jnp.argmax(bad), 0).astype(jnp.int32)
-        solve = functools.partial(jsl.lu_solve, (lu_, piv))
-    return _fallback_solve(a, b, anorm, floor, rows, solve, info)
+        solve = functools.partial(jsl.lu_solve, (lu_, piv), trans=2 if adjoint else 0)
+    return _fallback_solve(a, b, anorm, floor, rows, solve, info, adjoint)
 
 
-def _fallback_solve(a, b, anorm, floor, rows, solve, info):
-    matvec = functools.partial(_matvec, a, rows)
+def _fallback_solve(a, b, anorm, floor, rows, solve, info, adjoint=False):
+    matvec = functools.partial(_matvec, a, rows, adjoint=adjoint)
     precondition = lambda r: solve(r).astype(r.dtype)  # noqa: E731
     x, *_ = rf.refine(matvec, precondition, b, anorm, floor, _FALLBACK_REFINEMENT, start_ok=info == 0)
     return jnp.where(info == 0, x, jnp.nan), info
