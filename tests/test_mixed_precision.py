@@ -550,7 +550,7 @@ def test_bad_operands_name_the_fix():
         solvers.general_solve(jnp.ones((4, 3)), jnp.ones(4))
     with pytest.raises(ValueError, match=r"b must have shape \(4,\) or \(4, K\)"):
         solvers.general_solve(jnp.eye(4), jnp.ones(5))
-    with pytest.raises(TypeError, match="take float64 or complex128"):
+    with pytest.raises(TypeError, match="a has dtype float32 \\(cast it first\\)"):
         solvers.spd_solve(jnp.eye(4, dtype=jnp.float32), jnp.ones(4))
     with pytest.raises(TypeError, match="fallback must be True or False"):
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), fallback="yes")

@@ -81,15 +81,6 @@ class MixedFactor:
         return self.factor_info
 
 
-def _check(a, name="a"):
-    if jnp.finfo(a.dtype).bits != 64:
-        raise TypeError(
-            f"jaxmg: precision='mixed' refines to float64 accuracy and takes float64 or "
-            f"complex128 matrices; {name} has dtype {jnp.dtype(a.dtype).name} (use "
-            "precision='highest', or cast it first)"
-        )
-
-
 def _rows(a, mesh, spec) -> placement.Rows:
     """Where the mixed solve keeps A's rows: the mesh axis that spec shards
     (rows or columns: XLA moves columns into rows), the one axis of a mesh
@@ -137,7 +128,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     "general": LU)."""
     a = arguments.as_array(a, "a")
     blk.check_matrix(a)
-    _check(a)
+    blk.check_refinable(a, fix="use precision='highest', or cast it first")
     rows = _rows(a, mesh, spec)
     a = _placed(a, rows, mesh, P(rows.axis, None))
     if kind == "spd":

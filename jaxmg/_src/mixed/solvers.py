@@ -104,11 +104,7 @@ def general_solve(
 
 def _front(kind: str, a, b, args):
     blk.check_matrix(a)
-    if jnp.finfo(a.dtype).bits != 64:
-        raise TypeError(
-            f"a has dtype {jnp.dtype(a.dtype).name}; the mixed-precision solves refine to "
-            "float64 accuracy and take float64 or complex128 (cast a first)"
-        )
+    blk.check_refinable(a)
     b = jnp.asarray(b) if not hasattr(b, "shape") else b
     n = a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
