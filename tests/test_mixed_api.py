@@ -73,6 +73,24 @@ def test_lu_factor_and_lu_solve_in_every_op(rng, dtype, trans):
                                                     lambda m: m.conj().T][trans])
 
 
+@pytest.mark.parametrize("scaled", ["rows", "columns"])
+def test_badly_scaled_matrices_are_as_accurate_as_float64_lu(rng, scaled):
+    """Scales over six orders of magnitude: the residual's rounding is then far
+    below what the normwise floor estimates, and refinement must go on to it,
+    in every op (the transposed ones are refined against A^H)."""
+    base = helpers.random_matrix(rng, N, np.float64) + 7 * np.eye(N)
+    d = np.geomspace(1.0, 1e6, N)
+    a = base * d[None, :] if scaled == "columns" else d[:, None] * base
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    f = jaxmg.lu_factor(a, precision="mixed")
+    lu_piv = jax.scipy.linalg.lu_factor(a)
+    for trans, op in enumerate([lambda m: m, lambda m: m.T, lambda m: m.conj().T]):
+        want = np.linalg.solve(op(a), b)
+        error = lambda x: np.abs(np.asarray(x) - want).max() / np.abs(want).max()  # noqa: E731
+        reference = error(jax.scipy.linalg.lu_solve(lu_piv, b, trans=trans))
+        assert error(jaxmg.lu_solve(f, b, trans=trans)) <= max(10 * reference, 100 * np.finfo(float).eps)
+
+
 def test_transposed_solves_and_gradients_factor_once(rng, monkeypatch):
     """lu_solve(trans=1 or 2) and the gradient of a general solve run A^T's
     and A^H's sweeps on A's one factorisation, not a second of A^T."""
