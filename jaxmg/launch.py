@@ -68,6 +68,11 @@ def initialize() -> bool:
 SHARED_AUTOTUNING = "--xla_gpu_shard_autotuning"
 
 
+def sets_shared_autotuning(xla_flags: str) -> bool:
+    """Whether XLA_FLAGS decides the shared autotuning itself (ours or the user's)."""
+    return SHARED_AUTOTUNING in xla_flags
+
+
 def _tune_alone() -> None:
     """Has XLA:GPU autotune each process's programs in that process. By default
     the processes of a job split the autotuning and wait for each other's
@@ -77,7 +82,7 @@ def _tune_alone() -> None:
     of the user's own in XLA_FLAGS is kept; XLA reads the flags when its
     backend starts, which jax.distributed.initialize must precede anyway."""
     flags = os.environ.get("XLA_FLAGS", "")
-    if SHARED_AUTOTUNING not in flags:
+    if not sets_shared_autotuning(flags):
         os.environ["XLA_FLAGS"] = f"{flags} {SHARED_AUTOTUNING}=false".strip()
 
 

@@ -86,7 +86,7 @@ def open_channel() -> str:
 def shared_autotuning_caution(platform: str, xla_flags: str) -> str | None:
     """The warning for a GPU job whose processes share XLA's autotuning (the
     default, unless jaxmg.launch.initialize() started the process), or None."""
-    if platform != "gpu" or launch.SHARED_AUTOTUNING in xla_flags:
+    if platform != "gpu" or launch.sets_shared_autotuning(xla_flags):
         return None
     return ("jaxmg: XLA:GPU shares autotuning between this job's processes and waits for "
             "every share, so processes that compile different programs (say, one rank "

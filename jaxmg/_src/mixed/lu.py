@@ -223,17 +223,13 @@ def _adjoint_sweeps(f: LUFactor, b):
     for (o, w), c, uinv in zip(parts, f.columns, f.upper_inverses):  # U^H z = b
         t = y[o : o + w]
         if o > 0:
-            above = y if rows.sharded else y[:o]
-            if rows.sharded:
-                above = jnp.where(r < o, above, 0)
+            above = jnp.where(r < o, y, 0) if rows.sharded else y[:o]
             t = t - rows.row_product(c if rows.sharded else c[:o], above, adjoint_x=True)
         y = rows.whole(y.at[o : o + w].set(placement.dot(uinv, t, adjoint_x=True)))
     for (o, w), c, linv in reversed(list(zip(parts, f.columns, f.lower_inverses))):  # L^H w = z
         t = y[o : o + w]
         if o + w < n:
-            below = y if rows.sharded else y[o + w :]
-            if rows.sharded:
-                below = jnp.where(r >= o + w, below, 0)
+            below = jnp.where(r >= o + w, y, 0) if rows.sharded else y[o + w :]
             t = t - rows.row_product(c if rows.sharded else c[o + w :], below, adjoint_x=True)
         y = rows.whole(y.at[o : o + w].set(placement.dot(linv, t, adjoint_x=True)))
     x = jnp.zeros_like(y).at[f.permutation].set(y)

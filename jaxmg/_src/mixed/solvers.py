@@ -145,13 +145,15 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
     norms = _norms(a)
     scale = _scale(norms[0])
     f, info = factor(a, scale, cfg=cfg, rows=rows)
-    if retry is None or retry == cfg.update:
-        return f, info, norms
-    again = dataclasses.replace(cfg, update=retry)
-    if not isinstance(info, jax.core.Tracer):  # eager: compile the retry only when needed
-        return (*(factor(a, scale, cfg=again, rows=rows) if int(info) != 0 else (f, info)), norms)
-    return (*lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows), lambda: (f, info)),
-            norms)
+    if retry is not None and retry != cfg.update:
+        again = dataclasses.replace(cfg, update=retry)
+        if not isinstance(info, jax.core.Tracer):  # eager: compile the retry only when needed
+            if int(info) != 0:
+                f, info = factor(a, scale, cfg=again, rows=rows)
+        else:
+            f, info = lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows),
+                               lambda: (f, info))
+    return f, info, norms
 
 
 def solve_factored(kind: str, a, factor, factor_info, norms, b, cfg: blk.Config, opts: rf.Options,
