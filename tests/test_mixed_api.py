@@ -237,3 +237,17 @@ def test_a_spec_over_two_axes_is_refused(rng):
     mesh = jax.make_mesh((1, 2), ("r", "c"), devices=helpers.devices(2))
     with pytest.raises(ValueError, match=r"takes rows sharded over one mesh axis"):
         jaxmg.potrs(spd(rng), np.ones(N), mesh=mesh, spec=P("r", "c"), precision="mixed")
+
+
+@pytest.mark.parametrize("lower", [False, True], ids=["upper", "lower"])
+def test_spd_solve_of_order_1024_reads_one_triangle(rng, lower):
+    # Mirrored by a sum of triangles: XLA's CPU compiler crashed on the
+    # select of a against a^T that mirrored it before, from order 1024.
+    n = 1024
+    a, b = spd(rng, n=n), helpers.random_matrix(rng, n, np.float64, 1)
+    junk = np.triu(np.full_like(a, 3.0), 1)
+    given = np.tril(a) + junk if lower else np.triu(a) + junk.T
+    x, info = jaxmg.solve(given, b, assume_a="pos", lower=lower, precision="mixed",
+                          return_info=True)
+    close(x, a, b)
+    assert not np.asarray(info.fallback).any()
