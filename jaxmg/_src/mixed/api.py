@@ -18,8 +18,8 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures
-from jaxmg._src.mixed import blocks as blk, cholesky as chol, lu as lum, placement, refine as rf
-from jaxmg._src.mixed import solvers
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement
+from jaxmg._src.mixed import refine as rf, solvers
 
 PRECISIONS = ("highest", "mixed")
 
@@ -31,11 +31,14 @@ PRECISIONS = ("highest", "mixed")
 # accuracy on tensor cores). LU: BF16's pivot growth left refinement at 22-30
 # steps even at cond 10, and so did TF32's on U S V^T matrices at N=16384
 # and 32768 (it converged in 4 on W / sqrt(N) + 3 I: docs/benchmarks.md), so
-# BF16x3 from the start; right-looking, panels of 4096 columns (its program
-# grows with (N / nb)^2 blocks, and so does its compile time).
+# BF16x3 from the start; right-looking, U12 as a GEMM with the inverse of
+# L11 (525 ms against 565 with the triangular solve at N=32768, 143 against
+# 151 at 16384), panels of 4096 columns, 2048 up to N=16384 (131 ms there):
+# its program grows with (N / nb)^2 blocks, and so does its compile time.
 SPD = dict(block_size=2048, update="bf16", panel="float32", variant="left", panel_solve="inverse")
 GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
-               panel_solve="trsm")
+               panel_solve="inverse")
+GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
 
@@ -56,7 +59,7 @@ def check_precision(precision) -> bool:
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=("a", "factor", "factor_info", "norms"),
-    meta_fields=("kind", "cfg", "rows", "on_failure"),
+    meta_fields=("kind", "cfg", "rows", "on_failure", "triangle"),
 )
 @dataclasses.dataclass(frozen=True)
 class MixedFactor:
@@ -75,6 +78,7 @@ class MixedFactor:
     cfg: blk.Config
     rows: placement.Rows
     on_failure: str = "nan"  # what its solves do where the float64 fallback fails too
+    triangle: str | None = None  # a holds A in this triangle only ("spd", one device); None: all of A
 
     @property
     def info(self):
@@ -126,23 +130,37 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     """The low-precision factorisation of a ("spd": Cholesky of the
     Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
     "general": LU)."""
+    a, rows = _matrix(a, mesh, spec)
+    return _factored(kind, a, triangle, rows, on_failure)
+
+
+def _matrix(a, mesh, spec):
+    """a checked and placed, and where its rows live."""
     a = arguments.as_array(a, "a")
     blk.check_matrix(a)
     blk.check_refinable(a, fix="use precision='highest', or cast it first")
     rows = _rows(a, mesh, spec)
-    a = _placed(a, rows, mesh, P(rows.axis, None))
-    if kind == "spd":
+    return _placed(a, rows, mesh, P(rows.axis, None)), rows
+
+
+def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "nan"):
+    stored = None
+    if kind == "spd" and rows.sharded:
         a = _read(a, triangle != "lower", rows)
-    cfg = _config(kind, a.dtype)
-    f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE)
-    return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure)
+    elif kind == "spd":  # used where it lies: no mirrored copy of A (hermitian.py)
+        stored = "lower" if triangle == "lower" else "upper"
+    cfg = _config(kind, a)
+    f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE, triangle=stored)
+    return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure, stored)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
 def _read(a, upper: bool, rows: placement.Rows):
-    """The Hermitian matrix a's `upper` (or lower) triangle holds; its
-    derivative is a's own, as for the float64 solvers (which differentiate
-    the matrix as given, not the triangle they read)."""
+    """The Hermitian matrix a's `upper` (or lower) triangle holds, for rows
+    sharded over devices; its derivative is a's own, as for the float64
+    solvers (which differentiate the matrix as given, not the triangle they
+    read). On one device the solves read the triangle where it lies and
+    differentiate a directly, to the same effect."""
     return _hermitian(a, upper=upper, rows=rows)
 
 
@@ -155,13 +173,7 @@ def _read_jvp(upper, rows, primals, tangents):
 def _hermitian(a, *, upper: bool, rows: placement.Rows):
     """The refinement's residuals read all of A: the other triangle is
     mirrored from the one the solve reads."""
-
-    # A sum of triangles, not where(mask, a, a^T): XLA's CPU compiler takes
-    # minutes over that select at N=512 and crashes at N=1024.
-    def mirrored(a):
-        kept, strict = (jnp.triu(a), jnp.triu(a, 1)) if upper else (jnp.tril(a), jnp.tril(a, -1))
-        return rows.rows(kept + jnp.conj(rows.rows(strict.T)))
-
+    mirrored = functools.partial(hermitian.mirrored, upper=upper, rows=rows)
     return placement.call(rows, mirrored, P(rows.axis, None), a)
 
 
@@ -181,35 +193,54 @@ def _mesh_of(x):
     return sharding.mesh if isinstance(sharding, jax.sharding.NamedSharding) else None
 
 
-def _config(kind, dtype):
-    options, variants = (SPD, chol.VARIANTS) if kind == "spd" else (GENERAL, lum.VARIANTS)
-    return blk.config(dtype, variants=variants, **options)
+def _config(kind, a):
+    if kind == "spd":
+        return blk.config(a.dtype, variants=chol.VARIANTS, **SPD)
+    options = GENERAL_UP_TO_16384 if a.shape[0] <= 16384 else GENERAL
+    return blk.config(a.dtype, variants=lum.VARIANTS, **options)
 
 
 def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
           on_failure: str = "nan"):
-    """x with a x = b at float64 accuracy (replicated), and its RefinementInfo."""
-    f = factor(kind, a, triangle=triangle, mesh=mesh, spec=spec, on_failure=on_failure)
-    return solve_with(f, b)
+    """x with a x = b at float64 accuracy (replicated), and its RefinementInfo:
+    factored and solved in one program, eager or traced alike."""
+    a, rows = _matrix(a, mesh, spec)
+    b, b2 = _rhs(b, a, rows)
+    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows)
+    return _result(b, x, record, kind, on_failure)
+
+
+@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows"))
+def _factor_and_solve(a, b, *, kind, triangle, rows):
+    return _solve(_factored(kind, a, triangle, rows), b, trans=0)
 
 
 def solve_with(f: MixedFactor, b, trans: int = 0):
     """op(A) x = b (trans 0: A, 1: A^T, 2: A^H, checked by the caller) with a
     MixedFactor, refined against A; differentiable with respect to A and b.
     Where the float64 fallback fails too, acts on it as f.on_failure says."""
+    b, b2 = _rhs(b, f.a, f.rows)
+    x, record = _solve(f, b2, trans=trans)
+    return _result(b, x, record, f.kind, f.on_failure)
+
+
+def _rhs(b, a, rows: placement.Rows):
+    """b checked against a, and as the (N, K) matrix the solves take, placed."""
     b = arguments.as_array(b, "b")
-    n = f.a.shape[0]
+    n = a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
-    if b.dtype != f.a.dtype:
+    if b.dtype != a.dtype:
         raise TypeError(
-            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but the factor {jnp.dtype(f.a.dtype).name}; "
+            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but the factor {jnp.dtype(a.dtype).name}; "
             "cast b to the factor's dtype"
         )
-    b2 = _placed(b.reshape(n, -1), f.rows, _mesh_of(f.a), P())
-    x, record = _solve(f, b2, trans=trans)
-    failures.report(jnp.max(record.info), f.on_failure,
-                    failures.NOT_SPD if f.kind == "spd" else failures.SINGULAR)
+    return b, _placed(b.reshape(n, -1), rows, _mesh_of(a), P())
+
+
+def _result(b, x, record, kind: str, on_failure: str):
+    failures.report(jnp.max(record.info), on_failure,
+                    failures.NOT_SPD if kind == "spd" else failures.SINGULAR)
     if b.ndim == 1:
         x = x[:, 0]
         record = RefinementInfo(*(r[0] if r.ndim else r for r in record))
@@ -246,7 +277,7 @@ def _refined(f: MixedFactor, b, adjoint: bool = False):
     factor = jax.lax.stop_gradient(f.factor)
     return solvers.solve_factored(f.kind, jax.lax.stop_gradient(f.a), factor, f.factor_info,
                                   jax.lax.stop_gradient(f.norms), b, f.cfg, REFINEMENT, True, f.rows,
-                                  adjoint=adjoint)
+                                  adjoint=adjoint, triangle=f.triangle)
 
 
 def _product(a, rows: placement.Rows, x):

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src.mixed import blocks as blk, placement, precision
+from jaxmg._src.mixed import blocks as blk, hermitian, placement, precision
 
 VARIANTS = ("left", "right", "right_full")
 
@@ -94,24 +94,28 @@ def cholesky(
     return _cholesky(a, scale, cfg=cfg, rows=rows)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "rows"))
-def _cholesky(a, scale, *, cfg: blk.Config, rows: placement.Rows):
+@functools.partial(jax.jit, static_argnames=("cfg", "rows", "upper"))
+def _cholesky(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = False):
     n = a.shape[0]
     parts = blk.partition(n, cfg.block_size)
     row = P(rows.axis, None)
     whole = tuple(P() for _ in parts)
     out_specs = (CholeskyFactor(whole, whole, tuple(row for _ in parts), P(), rows), P())
-    return placement.call(rows, functools.partial(_factor, cfg=cfg, rows=rows), out_specs, a, scale)
+    body = functools.partial(_factor, cfg=cfg, rows=rows, upper=upper)
+    return placement.call(rows, body, out_specs, a, scale)
 
 
-def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
+def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = False):
+    """upper (one device): a holds A in its upper triangle, read as the
+    lower block columns' conjugate transposes."""
     work = blk.work_dtype(a.dtype, cfg.panel)
     parts = blk.partition(a.shape[0], cfg.block_size)
     scale = scale.astype(jnp.finfo(work).dtype)
 
     def column(o, w):
         s = rows.start(o)
-        return rows.rows((a[s:, o : o + w] * scale.astype(a.dtype)).astype(work))
+        c = hermitian.lower_column(a, o, w, True) if upper else a[s:, o : o + w]
+        return rows.rows((c * scale.astype(a.dtype)).astype(work))
 
     failure = blk.FirstFailure.none(parts[0][1], work)
     diagonals, inverses, below = [], [], []

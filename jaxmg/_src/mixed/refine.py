@@ -75,8 +75,13 @@ def norms(a, *, adjoint: bool = False):
     axis = 0 if adjoint else 1
     row_abs = jnp.sum(jnp.abs(a), axis=axis)
     row_two = jnp.sqrt(jnp.sum(jnp.abs(a) ** 2, axis=axis))
+    return norms_of(row_abs, row_two, a.dtype)
+
+
+def norms_of(row_abs, row_two, dtype):
+    """norms from the rows' 1-norms and 2-norms."""
     anorm = jnp.max(row_abs)
-    eps = jnp.finfo(a.dtype).eps
+    eps = jnp.finfo(dtype).eps
     floor = eps * jnp.max(row_two) / jnp.where(anorm > 0, anorm, 1)
     return anorm, floor
 

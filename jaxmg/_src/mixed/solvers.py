@@ -16,7 +16,7 @@ import jax.scipy.linalg as jsl
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src.mixed import blocks as blk, cholesky as chol, lu as lum, placement, refine as rf
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement, refine as rf
 
 
 class Refinement(NamedTuple):
@@ -133,16 +133,20 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     return placement.call(rows, body, out_specs, a, b)
 
 
-def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | None = None):
+def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | None = None,
+              triangle: str | None = None):
     """The low-precision factorisation alone, for solving later with
     solve_factored: (CholeskyFactor or LUFactor, its info, A's norms for the
     refinement: refine.norms, one pass over A that the solves then skip).
     Where it fails (at BF16 a Cholesky of a matrix conditioned beyond about
     1e3 does) and `retry` names a more accurate update precision, the
     factorisation runs again with it (same panels, so the same factor
-    structure) before the solves would fall back to float64."""
-    factor = chol._cholesky if kind == "spd" else lum._lu
-    norms = _norms(a)
+    structure) before the solves would fall back to float64.
+    triangle ("spd", one device): a holds A in its "upper" or "lower"
+    triangle only (hermitian.py); None: a is all of A."""
+    upper = triangle == "upper"
+    factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
+    norms = _norms(a) if triangle is None else _triangle_norms(a, upper)
     scale = _scale(norms[0])
     f, info = factor(a, scale, cfg=cfg, rows=rows)
     if retry is not None and retry != cfg.update:
@@ -157,15 +161,19 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
 
 
 def solve_factored(kind: str, a, factor, factor_info, norms, b, cfg: blk.Config, opts: rf.Options,
-                   fallback: bool, rows: placement.Rows, adjoint: bool = False):
+                   fallback: bool, rows: placement.Rows, adjoint: bool = False,
+                   triangle: str | None = None):
     """Refines solves of a x = b (b: (N, K)) with a factor and the norms
     from factorise: (x, Refinement), as spd_solve / general_solve.
-    adjoint (LU): solves a^H x = b with the same factor, against a^H's norms."""
+    adjoint (LU): solves a^H x = b with the same factor, against a^H's norms.
+    triangle: as for factorise."""
     return _solve_factored(a, factor, factor_info, norms, b, kind=kind, cfg=cfg, opts=opts,
-                           fallback=fallback, rows=rows, adjoint=adjoint and kind == "general")
+                           fallback=fallback, rows=rows, adjoint=adjoint and kind == "general",
+                           triangle=triangle)
 
 
 _norms = jax.jit(rf.norms)
+_triangle_norms = jax.jit(hermitian.norms, static_argnums=1)
 
 
 @jax.jit
@@ -176,11 +184,13 @@ def _scale(anorm):
     return jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint"))
-def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows, adjoint):
+@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint",
+                                             "triangle"))
+def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows, adjoint,
+                    triangle=None):
     out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
     body = functools.partial(_refine_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback,
-                             rows=rows, adjoint=adjoint)
+                             rows=rows, adjoint=adjoint, triangle=triangle)
     return placement.call(rows, body, out_specs, a, factor, factor_info, norms, b)
 
 
@@ -193,8 +203,10 @@ def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
 
 
 def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows,
-                 adjoint=False):
+                 adjoint=False, triangle=None):
     anorm, floor = rf.norms(a, adjoint=True) if adjoint else norms
+    if triangle is not None and b.shape[1] > hermitian.MAX_COLUMNS:
+        a, triangle = hermitian.mirrored(a, triangle == "upper"), None  # one copy; then GEMMs
     low_solve = chol._sweeps if kind == "spd" else functools.partial(lum._sweeps, adjoint=adjoint)
 
     def precondition(r):
@@ -202,16 +214,19 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
         s = jnp.where(s > 0, s, 1)
         return low_solve(factor, r / s).astype(r.dtype) * s
 
-    matvec = functools.partial(_matvec, a, rows, adjoint=adjoint)
+    if triangle is None:
+        matvec = functools.partial(_matvec, a, rows, adjoint=adjoint)
+    else:
+        matvec = functools.partial(hermitian.product, a, upper=triangle == "upper")
     x, iterations, gmres, converged, berr = rf.refine(
         matvec, precondition, b, anorm, floor, opts, start_ok=factor_info == 0
     )
 
     def fall_back(x):
         if kind == "spd":
-            x64, info = _spd_fallback(a, b, anorm, floor, rows, cfg, factor_info)
+            x64, info = _spd_fallback(a, b, anorm, floor, rows, cfg, factor_info, matvec, triangle)
         else:
-            x64, info = _general_fallback(a, b, anorm, floor, rows, cfg, factor_info, adjoint)
+            x64, info = _general_fallback(a, b, anorm, floor, rows, cfg, factor_info, matvec, adjoint)
         x = jnp.where(converged, x, x64)
         return x, rf.backward_error(b - matvec(x), x, b, anorm), info
 
@@ -228,7 +243,8 @@ def _matvec(a, rows: placement.Rows, x, adjoint: bool = False):
 _FALLBACK_REFINEMENT = rf.Options(method="ir", max_iterations=4)
 
 
-def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info):
+def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info, matvec,
+                  triangle=None):
     """Float64 Cholesky: JAX's own on one device, the blocked one at float64
     on row-sharded matrices (JAX's would gather the matrix); then a few
     float64 refinement steps. JAX's does not report where it failed: the
@@ -239,14 +255,14 @@ def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, fac
         factor, info = chol._factor(a, jnp.ones((), anorm.dtype), cfg=exact, rows=rows)
         solve = functools.partial(chol._sweeps, factor)
     else:
-        c = jsl.cho_factor(a, lower=True)
+        c = jsl.cho_factor(a, lower=triangle != "upper")
         failed = ~jnp.all(jnp.isfinite(jnp.diagonal(c[0]).real))
         info = jnp.where(failed, jnp.maximum(factor_info, 1), 0).astype(jnp.int32)
         solve = functools.partial(jsl.cho_solve, c)
-    return _fallback_solve(a, b, anorm, floor, rows, solve, info)
+    return _fallback_solve(matvec, b, anorm, floor, solve, info)
 
 
-def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info,
+def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info, matvec,
                       adjoint: bool = False):
     """Float64 LU: JAX's own on one device, the blocked one at float64 on
     row-sharded matrices; then a few float64 refinement steps (of a^H x = b
@@ -261,11 +277,10 @@ def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config,
         bad = (diag == 0) | ~jnp.isfinite(diag)
         info = jnp.where(jnp.any(bad), 1 + jnp.argmax(bad), 0).astype(jnp.int32)
         solve = functools.partial(jsl.lu_solve, (lu_, piv), trans=2 if adjoint else 0)
-    return _fallback_solve(a, b, anorm, floor, rows, solve, info, adjoint)
+    return _fallback_solve(matvec, b, anorm, floor, solve, info)
 
 
-def _fallback_solve(a, b, anorm, floor, rows, solve, info, adjoint=False):
-    matvec = functools.partial(_matvec, a, rows, adjoint=adjoint)
+def _fallback_solve(matvec, b, anorm, floor, solve, info):
     precondition = lambda r: solve(r).astype(r.dtype)  # noqa: E731
     x, *_ = rf.refine(matvec, precondition, b, anorm, floor, _FALLBACK_REFINEMENT, start_ok=info == 0)
     return jnp.where(info == 0, x, jnp.nan), info
