@@ -241,10 +241,11 @@ def test_a_spec_over_two_axes_is_refused(rng):
 
 @pytest.mark.parametrize("lower", [False, True], ids=["upper", "lower"])
 def test_spd_solve_of_order_1024_reads_one_triangle(rng, lower):
-    # Mirrored by a sum of triangles: XLA's CPU compiler crashed on the
-    # select of a against a^T that mirrored it before, from order 1024.
+    # Two right-hand sides: A is mirrored once (hermitian.mirrored), on CPUs by
+    # a sum of triangles: XLA's CPU compiler crashed on the select of a
+    # against a^T from order 1024.
     n = 1024
-    a, b = spd(rng, n=n), helpers.random_matrix(rng, n, np.float64, 1)
+    a, b = spd(rng, n=n), helpers.random_matrix(rng, n, np.float64, 2)
     junk = np.triu(np.full_like(a, 3.0), 1)
     given = np.tril(a) + junk if lower else np.triu(a) + junk.T
     x, info = jaxmg.solve(given, b, assume_a="pos", lower=lower, precision="mixed",
