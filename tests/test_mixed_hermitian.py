@@ -24,11 +24,12 @@ def small_blocks(monkeypatch):
 
 def junk_triangle(rng, dtype, upper):
     """A matrix whose other triangle is junk, and the Hermitian one it stands for."""
-    a = helpers.random_matrix(rng, N, dtype)
-    a[np.diag_indices(N)] = a.diagonal().real  # a Hermitian matrix's diagonal is real
+    a = helpers.random_matrix(rng, N, dtype)  # complex: its diagonal not real either
     kept = np.triu(a) if upper else np.tril(a)
     strict = np.triu(a, 1) if upper else np.tril(a, -1)
-    return a, kept + np.conj(strict).T
+    full = kept + np.conj(strict).T
+    full[np.diag_indices(N)] = full.diagonal().real  # as LAPACK's Cholesky reads it
+    return a, full
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
@@ -58,7 +59,8 @@ def test_lower_column_is_the_hermitian_matrix_s_below_the_diagonal_block(rng, up
     for o, w in ((0, 16), (16, 16), (32, 13)):
         c = np.asarray(hermitian.lower_column(jnp.asarray(a), o, w, upper))
         assert c.shape == (N - o, w)
-        np.testing.assert_array_equal(np.tril(c[:w]), np.tril(full[o : o + w, o : o + w]))
+        np.testing.assert_array_equal(np.tril(c[:w], -1), np.tril(full[o : o + w, o : o + w], -1))
+        np.testing.assert_array_equal(c[:w].diagonal().real, full.diagonal()[o : o + w])
         np.testing.assert_array_equal(c[w:], full[o + w :, o : o + w])
 
 
@@ -83,3 +85,16 @@ def test_solve_refines_against_the_triangle_it_reads(rng, small_blocks, lower, k
     g_mixed = jax.grad(loss)(jnp.asarray(given), solve)
     g_highest = jax.grad(loss)(jnp.asarray(given), highest)
     np.testing.assert_allclose(np.asarray(g_mixed), np.asarray(g_highest), rtol=1e-9, atol=1e-12)
+
+
+def test_complex_diagonal_is_read_as_real_like_the_float64_cholesky(rng, small_blocks):
+    n = 37
+    a = helpers.spd(rng, n, np.complex128, 100.0)
+    noisy = a + np.diag(1e-3j * rng.standard_normal(n))  # only the real part is A's
+    b = helpers.random_matrix(rng, n, np.complex128, 1)
+    for k in (1, 2):  # by the triangle, and mirrored once
+        x, info = jaxmg.solve(noisy, b[:, :1].repeat(k, 1), assume_a="pos", precision="mixed",
+                              return_info=True)
+        want = np.asarray(jaxmg.solve(noisy, b[:, :1].repeat(k, 1), assume_a="pos"))
+        assert np.abs(np.asarray(x) - want).max() <= 1e-11 * np.abs(want).max()
+        assert not np.asarray(info.fallback).any()

@@ -30,14 +30,16 @@ def mirrored(a, upper: bool, rows=None):
     it row-sharded)."""
     keep = (lambda x: x) if rows is None else rows.rows
 
+    i = lax.broadcasted_iota(jnp.int32, a.shape, 0)
+    j = lax.broadcasted_iota(jnp.int32, a.shape, 1)
+
     def by_select(a):  # one fused pass on a GPU
-        i = lax.broadcasted_iota(jnp.int32, a.shape, 0)
-        j = lax.broadcasted_iota(jnp.int32, a.shape, 1)
-        return keep(jnp.where((i <= j) if upper else (i >= j), a, jnp.conj(keep(a.T))))
+        stored = _real_diagonal(a, i, j)
+        return keep(jnp.where((i <= j) if upper else (i >= j), stored, jnp.conj(keep(a.T))))
 
     def by_sum(a):  # XLA's CPU compiler takes minutes over that select at N=512, crashes at 1024
         kept, strict = (jnp.triu(a), jnp.triu(a, 1)) if upper else (jnp.tril(a), jnp.tril(a, -1))
-        return keep(kept + jnp.conj(keep(strict.T)))
+        return keep(_real_diagonal(kept, i, j) + jnp.conj(keep(strict.T)))
 
     return lax.platform_dependent(a, cpu=by_sum, default=by_select)
 
@@ -82,6 +84,15 @@ def lower_column(a, o: int, w: int, upper: bool):
     return jnp.conj(a[o : o + w, o:]).T if upper else a[o:, o : o + w]
 
 
+def _real_diagonal(x, i, j):
+    """x with the imaginary part of its (i == j) diagonal dropped: a
+    Hermitian matrix's diagonal is real, and the Cholesky factorisations
+    (LAPACK's, cuSOLVER's) read only its real part."""
+    if not jnp.iscomplexobj(x):
+        return x
+    return jnp.where(i == j, x.real.astype(x.dtype), x)
+
+
 def _blocks(a, upper: bool):
     """Per block of BLOCK_ROWS: upper: the block row from the diagonal on,
     whose entries are A's rows there and, conjugated, A's columns; lower: the
@@ -94,4 +105,4 @@ def _blocks(a, upper: bool):
         i = lax.broadcasted_iota(jnp.int32, part.shape, 0)
         j = lax.broadcasted_iota(jnp.int32, part.shape, 1)
         on, strict = (j >= i, j > i) if upper else (i >= j, i > j)
-        yield (o, part, on, strict) + ((w, n - o) if upper else (n - o, w))
+        yield (o, _real_diagonal(part, i, j), on, strict) + ((w, n - o) if upper else (n - o, w))
