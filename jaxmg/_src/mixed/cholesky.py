@@ -112,9 +112,8 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
     parts = blk.partition(a.shape[0], cfg.block_size)
     scale = scale.astype(jnp.finfo(work).dtype)
 
-    def column(o, w):
-        s = rows.start(o)
-        c = hermitian.lower_column(a, o, w, True) if upper else a[s:, o : o + w]
+    def column(o, w):  # sharded: all rows (placement.Rows.start)
+        c = a[:, o : o + w] if rows.sharded else hermitian.lower_column(a, o, w, upper)
         return rows.rows((c * scale.astype(a.dtype)).astype(work))
 
     failure = blk.FirstFailure.none(parts[0][1], work)
