@@ -132,6 +132,7 @@ def cuda_library() -> ctypes.CDLL:
     if lib.jaxmg_cuda_init(":".join(cuda_search_path()).encode(), error, len(error)):
         raise RuntimeError(error.value.decode())
     register("mg")
+    register("dn")
     return lib
 
 

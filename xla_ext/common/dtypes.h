@@ -14,4 +14,9 @@
   X(c, complex64, std::complex<float>, __VA_ARGS__)    \
   X(z, complex128, std::complex<double>, __VA_ARGS__)
 
+// The 64-bit ones: the routines that refine to float64 accuracy take only these.
+#define JAXMG_FOR_EACH_FLOAT64_DTYPE(X, ...)           \
+  X(d, float64, double, __VA_ARGS__)                   \
+  X(z, complex128, std::complex<double>, __VA_ARGS__)
+
 #endif  // JAXMG_XLA_EXT_COMMON_DTYPES_H_

@@ -41,6 +41,7 @@ JAXMG_UNSUPPORTED_BY_DEFAULT(kLuSolve, LuSolve)
 JAXMG_UNSUPPORTED_BY_DEFAULT(kPotri, Potri)
 JAXMG_UNSUPPORTED_BY_DEFAULT(kSyevd, Syevd)
 JAXMG_UNSUPPORTED_BY_DEFAULT(kQr, Qr)
+JAXMG_UNSUPPORTED_BY_DEFAULT(kIrsGesv, IrsGesv)
 JAXMG_UNSUPPORTED_BY_DEFAULT(kRelayout, Relayout)
 #undef JAXMG_UNSUPPORTED_BY_DEFAULT
 
@@ -73,6 +74,7 @@ Status Dispatch(Engine<T>& engine, const Call& call, const Parts<T>& parts) {
     case Routine::kPotri: return engine.Potri(call, parts);
     case Routine::kSyevd: return engine.Syevd(call, parts);
     case Routine::kQr: return engine.Qr(call, parts);
+    case Routine::kIrsGesv: return engine.IrsGesv(call, parts);
     case Routine::kRelayout: return engine.Relayout(call, parts);
   }
   return Errorf("jaxmg: unknown routine ", static_cast<int>(call.routine));

@@ -1,6 +1,7 @@
 // The one interface every engine implements (LAPACK on host memory,
-// cuSOLVERMg over the GPUs of one machine, cuSOLVERMp per rank): the routines
-// of one call over the participants' buffers of a distributed matrix.
+// cuSOLVERMg over the GPUs of one machine, cuSOLVERMp per rank, cuSOLVER's
+// one-GPU API): the routines of one call over the participants' buffers of a
+// distributed matrix (one participant for the one-GPU engine).
 //
 // An engine instance serves one call. Leader engines (LAPACK, cuSOLVERMg) run
 // on one participant over every participant's buffers; per-rank engines
@@ -30,6 +31,7 @@ namespace jaxmg::engines {
   X(kPotri, potri)                \
   X(kSyevd, syevd)                \
   X(kQr, qr)                      \
+  X(kIrsGesv, irsgesv)            \
   X(kRelayout, layout)
 
 enum class Routine {
@@ -53,8 +55,19 @@ enum Role : int {
   kQ,       // eigenvectors beside a (per-rank syevd)
   kR,       // the triangular factor of a QR
   kInfo,    // one int32: 0, or the routine's failure code
+  kIterations,  // one int32: the refinement's iterations (irsgesv), < 0 where it fell back
   kWork,    // this participant's workspace
   kRoles,
+};
+
+// How kIrsGesv refines: the precision it factors in, its refinement solver,
+// and how many iterations it may take before it solves in full precision.
+enum class LowPrecision : int64_t { kFp16 = 0, kBf16 = 1, kTf32 = 2, kFp32 = 3 };
+enum class Refiner : int64_t { kClassical = 0, kGmres = 1, kClassicalGmres = 2 };
+struct Refinement {
+  LowPrecision lowest = LowPrecision::kBf16;
+  Refiner refiner = Refiner::kClassical;
+  int32_t max_iterations = 30;
 };
 
 // A call's shape and options: the same for every participant.
@@ -70,6 +83,7 @@ struct Call {
   Trans trans = Trans::kNone;
   bool vectors = true;
   bool to_block_cyclic = true;  // kRelayout's direction
+  Refinement refinement{};      // kIrsGesv's
 };
 
 // A typed view of one participant's buffers.
@@ -87,6 +101,7 @@ struct Part {
   T* q() const { return static_cast<T*>(raw(kQ)); }
   T* r() const { return static_cast<T*>(raw(kR)); }
   int32_t* info() const { return static_cast<int32_t*>(raw(kInfo)); }
+  int32_t* iterations() const { return static_cast<int32_t*>(raw(kIterations)); }
   void* work() const { return raw(kWork); }
 };
 
@@ -110,6 +125,9 @@ class Engine {
   virtual Status Potri(const Call& call, const Parts<T>& parts);      // SPD inverse
   virtual Status Syevd(const Call& call, const Parts<T>& parts);      // eigenvalues, vectors
   virtual Status Qr(const Call& call, const Parts<T>& parts);         // reduced QR
+  // A X = B at T's precision from a lower-precision LU, refined (and solved
+  // at T's precision where refinement does not converge).
+  virtual Status IrsGesv(const Call& call, const Parts<T>& parts);
   virtual Status Relayout(const Call& call, const Parts<T>& parts);   // the layout alone
 
   // Whether every part's block of A is free of NaN and Inf, asked before a

@@ -41,6 +41,8 @@ struct Grid {
 }  // namespace jaxmg::ffi_layer
 
 XLA_FFI_REGISTER_ENUM_ATTR_DECODING(::jaxmg::engines::Trans);
+XLA_FFI_REGISTER_ENUM_ATTR_DECODING(::jaxmg::engines::LowPrecision);
+XLA_FFI_REGISTER_ENUM_ATTR_DECODING(::jaxmg::engines::Refiner);
 
 XLA_FFI_REGISTER_STRUCT_ATTR_DECODING(::jaxmg::ffi_layer::CallSite,
                                       ::xla::ffi::StructMember<int64_t>("n_devices"),

@@ -11,6 +11,7 @@ namespace {
 using engines::kA;
 using engines::kB;
 using engines::kInfo;
+using engines::kIterations;
 using engines::kPivots;
 using engines::kQ;
 using engines::kR;
@@ -18,7 +19,8 @@ using engines::kW;
 using engines::kX;
 
 const char* RoleName(Role r) {
-  static const char* const kNames[] = {"a", "b", "x", "piv", "w", "q", "r", "info", "work"};
+  static const char* const kNames[] = {"a", "b", "x", "piv", "w", "q", "r", "info", "iterations",
+                                       "work"};
   return kNames[r];
 }
 
@@ -27,6 +29,7 @@ ffi::DataType Expected(Role r, ffi::DataType dt) {
   switch (r) {
     case kPivots:
     case kInfo:
+    case kIterations:
       return ffi::DataType::S32;
     case kW:
       return ffi::ToReal(dt);
@@ -65,7 +68,8 @@ const Signature& LeaderSignature(Routine routine) {
     case Routine::kLuSolve: return kLuSolve;
     case Routine::kSyevd: return kSyevd;
     case Routine::kRelayout: return kRelayout;
-    case Routine::kQr: return kNone;
+    case Routine::kQr:
+    case Routine::kIrsGesv: return kNone;
   }
   return kNone;
 }

@@ -17,6 +17,8 @@ const std::vector<FfiTarget>& FfiTargets() {
       JAXMG_FOR_EACH_DTYPE(JAXMG_ENTRIES, JAXMG_LAPACK_ROUTINES, LapackTarget, "lapack", "cpu", "", "_cpu")
       JAXMG_FOR_EACH_DTYPE(JAXMG_ENTRIES, JAXMG_MG_ROUTINES, MgTarget, "mg", "CUDA", "", "_cuda")
       JAXMG_FOR_EACH_DTYPE(JAXMG_ENTRIES, JAXMG_MP_ROUTINES, MpTarget, "mp", "CUDA", "mp_", "_cuda")
+      JAXMG_FOR_EACH_FLOAT64_DTYPE(JAXMG_ENTRIES, JAXMG_DN_ROUTINES, DnTarget, "dn", "CUDA", "dn_",
+                                   "_cuda")
   };
   return *targets;
 }

@@ -4,7 +4,8 @@
 // library of its own registers them from FfiTargets().
 //
 // Target names: jaxmg_<s|d|c|z><routine>_cpu (LAPACK), _cuda (cuSOLVERMg),
-// jaxmg_<s|d|c|z>mp_<routine>_cuda (cuSOLVERMp).
+// jaxmg_<s|d|c|z>mp_<routine>_cuda (cuSOLVERMp), jaxmg_<d|z>dn_<routine>_cuda
+// (cuSOLVER on one GPU).
 #ifndef JAXMG_XLA_EXT_FFI_REGISTRY_H_
 #define JAXMG_XLA_EXT_FFI_REGISTRY_H_
 
@@ -22,7 +23,7 @@ struct FfiTarget {
   const char* name;
   const char* platform;  // XLA's platform name: "cpu" or "CUDA"
   void* handler;         // an XLA_FFI_Handler*
-  const char* engine;    // "lapack", "mg" or "mp"
+  const char* engine;    // "lapack", "mg", "mp" or "dn"
   const char* routine;   // engines::RoutineName
   const char* dtype;     // NumPy's name
 };
@@ -46,6 +47,7 @@ namespace ffi_layer {
   X(kPotrf, potrf, __VA_ARGS__) X(kCholSolve, cholsolve, __VA_ARGS__)                   \
   X(kGetrf, getrf, __VA_ARGS__) X(kLuSolve, lusolve, __VA_ARGS__)                       \
   X(kSyevd, syevd, __VA_ARGS__) X(kQr, qr, __VA_ARGS__)
+#define JAXMG_DN_ROUTINES(X, ...) X(kIrsGesv, irsgesv, __VA_ARGS__)
 
 template <typename T>
 struct FfiType;
@@ -67,6 +69,8 @@ template <engines::Routine R, typename T>
 XLA_FFI_Error* MgTarget(XLA_FFI_CallFrame* frame);
 template <engines::Routine R, typename T>
 XLA_FFI_Error* MpTarget(XLA_FFI_CallFrame* frame);
+template <engines::Routine R, typename T>
+XLA_FFI_Error* DnTarget(XLA_FFI_CallFrame* frame);  // float64 and complex128 only
 
 // Instantiates Target<R, T> for every routine of ROUTINES and every dtype.
 #define JAXMG_INSTANTIATE_ROUTINE(e, routine, Target, T) \

@@ -29,6 +29,8 @@ const Library kRuntime{"the CUDA runtime", FromPip("nvidia-cuda-runtime"),
 const Library kBlasLt{"cuBLASLt", FromPip("nvidia-cublas"),
                       {"libcublasLt.so.13", "libcublasLt.so.12"}};
 const Library kBlas{"cuBLAS", FromPip("nvidia-cublas"), {"libcublas.so.13", "libcublas.so.12"}};
+const Library kSolver{"cuSOLVER", FromPip("nvidia-cusolver"),
+                      {"libcusolver.so.12", "libcusolver.so.11"}};
 const Library kSolverMg{"cuSOLVERMg", FromPip("nvidia-cusolver"),
                         {"libcusolverMg.so.12", "libcusolverMg.so.11"}};
 
@@ -72,20 +74,25 @@ Status LoadAll(const std::string& search_path) {
   void* runtime = nullptr;
   void* blas_lt = nullptr;
   void* blas = nullptr;
+  void* dense = nullptr;
   void* solver = nullptr;
   JAXMG_RETURN_IF_ERROR(Open(kRuntime, dirs, &runtime));
   JAXMG_RETURN_IF_ERROR(Open(kBlasLt, dirs, &blas_lt));
   JAXMG_RETURN_IF_ERROR(Open(kBlas, dirs, &blas));
+  JAXMG_RETURN_IF_ERROR(Open(kSolver, dirs, &dense));
   JAXMG_RETURN_IF_ERROR(Open(kSolverMg, dirs, &solver));
   auto* table = new Api();
 #define JAXMG_RESOLVE_RUNTIME(name) JAXMG_RETURN_IF_ERROR(Resolve(runtime, #name, &table->name));
 #define JAXMG_RESOLVE_BLAS(name) JAXMG_RETURN_IF_ERROR(Resolve(blas, #name, &table->name));
+#define JAXMG_RESOLVE_DENSE(name) JAXMG_RETURN_IF_ERROR(Resolve(dense, #name, &table->name));
 #define JAXMG_RESOLVE_SOLVER(name) JAXMG_RETURN_IF_ERROR(Resolve(solver, #name, &table->name));
   JAXMG_CUDART_FUNCTIONS(JAXMG_RESOLVE_RUNTIME)
   JAXMG_CUBLAS_FUNCTIONS(JAXMG_RESOLVE_BLAS)
+  JAXMG_CUSOLVERDN_FUNCTIONS(JAXMG_RESOLVE_DENSE)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_RESOLVE_SOLVER)
 #undef JAXMG_RESOLVE_RUNTIME
 #undef JAXMG_RESOLVE_BLAS
+#undef JAXMG_RESOLVE_DENSE
 #undef JAXMG_RESOLVE_SOLVER
   g_api = table;
   return Status::Ok();
@@ -124,9 +131,21 @@ Status CusolverError(cusolverStatus_t code, const char* expr, const char* file, 
                                  "INTERNAL_ERROR", "MATRIX_TYPE_NOT_SUPPORTED",
                                  "NOT_SUPPORTED"};
   const int c = static_cast<int>(code);
-  const char* name = c >= 0 && c < 10 ? kNames[c] : "see cusolver_common.h";
-  return Errorf("jaxmg: cuSOLVER error ", c, " (CUSOLVER_STATUS_", name, ") in ", expr, " at ",
-                file, ":", line);
+  const char* name = c >= 0 && c < 10 ? kNames[c] : nullptr;
+  switch (code) {
+    case CUSOLVER_STATUS_IRS_PARAMS_INVALID_PREC: name = "IRS_PARAMS_INVALID_PREC"; break;
+    case CUSOLVER_STATUS_IRS_PARAMS_INVALID_REFINE: name = "IRS_PARAMS_INVALID_REFINE"; break;
+    case CUSOLVER_STATUS_IRS_PARAMS_INVALID_MAXITER: name = "IRS_PARAMS_INVALID_MAXITER"; break;
+    case CUSOLVER_STATUS_IRS_INTERNAL_ERROR: name = "IRS_INTERNAL_ERROR"; break;
+    case CUSOLVER_STATUS_IRS_NOT_SUPPORTED: name = "IRS_NOT_SUPPORTED"; break;
+    case CUSOLVER_STATUS_IRS_OUT_OF_RANGE: name = "IRS_OUT_OF_RANGE"; break;
+    case CUSOLVER_STATUS_IRS_NRHS_NOT_SUPPORTED_FOR_REFINE_GMRES:
+      name = "IRS_NRHS_NOT_SUPPORTED_FOR_REFINE_GMRES";
+      break;
+    default: break;
+  }
+  return Errorf("jaxmg: cuSOLVER error ", c, " (CUSOLVER_STATUS_",
+                name ? name : "see cusolver_common.h", ") in ", expr, " at ", file, ":", line);
 }
 
 Status CublasError(cublasStatus_t code, const char* expr, const char* file, int line) {

@@ -1,4 +1,4 @@
-// The only code that names CUDA libraries. cudart, cuBLAS and cuSOLVERMg are
+// The only code that names CUDA libraries. cudart, cuBLAS, cuSOLVER and cuSOLVERMg are
 // loaded at run time (dlopen) from directories Python passes in (the NVIDIA
 // pip wheels or a toolkit), so the library builds and loads without a GPU.
 // Calls go through typed tables whose signatures come from the real headers.
@@ -8,6 +8,7 @@
 #define DISABLE_CUSOLVERMG_DEPRECATED
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+#include <cusolverDn.h>
 #include <cusolverMg.h>
 
 #include <string>
@@ -34,6 +35,15 @@ namespace jaxmg::cuda {
   X(cublasCswap_v2) X(cublasZswap_v2) X(cublasSasum_v2) X(cublasDasum_v2)        \
   X(cublasScasum_v2) X(cublasDzasum_v2)
 
+// cuSOLVER's one-GPU API: the iterative-refinement solver (engines/dn).
+#define JAXMG_CUSOLVERDN_FUNCTIONS(X)                                                  \
+  X(cusolverDnCreate) X(cusolverDnDestroy) X(cusolverDnSetStream)                      \
+  X(cusolverDnIRSParamsCreate) X(cusolverDnIRSParamsDestroy)                           \
+  X(cusolverDnIRSParamsSetSolverPrecisions) X(cusolverDnIRSParamsSetRefinementSolver)  \
+  X(cusolverDnIRSParamsSetMaxIters)                                                    \
+  X(cusolverDnIRSParamsEnableFallback) X(cusolverDnIRSInfosCreate)                     \
+  X(cusolverDnIRSInfosDestroy) X(cusolverDnIRSXgesv_bufferSize) X(cusolverDnIRSXgesv)
+
 #define JAXMG_CUSOLVERMG_FUNCTIONS(X)                                                  \
   X(cusolverMgCreate) X(cusolverMgDestroy) X(cusolverMgDeviceSelect)                   \
   X(cusolverMgCreateDeviceGrid) X(cusolverMgDestroyGrid) X(cusolverMgCreateMatrixDesc) \
@@ -47,6 +57,7 @@ namespace jaxmg::cuda {
 struct Api {
   JAXMG_CUDART_FUNCTIONS(JAXMG_DECLARE_POINTER)
   JAXMG_CUBLAS_FUNCTIONS(JAXMG_DECLARE_POINTER)
+  JAXMG_CUSOLVERDN_FUNCTIONS(JAXMG_DECLARE_POINTER)
   JAXMG_CUSOLVERMG_FUNCTIONS(JAXMG_DECLARE_POINTER)
 };
 #undef JAXMG_DECLARE_POINTER
