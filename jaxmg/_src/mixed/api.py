@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement
-from jaxmg._src.mixed import refine as rf, solvers
+from jaxmg._src.mixed import irs, refine as rf, solvers
 
 PRECISIONS = ("highest", "mixed")
 
@@ -41,6 +41,12 @@ GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
+# solve(assume_a="gen") of one right-hand side on one GPU from N = 16384:
+# cuSOLVER's iterative-refinement solver (irs.py), where it beat the blocked
+# LU above (N=32768: 406 ms against 525; 8192: 49 against 42; 4 columns at
+# 16384: 186 against JAX's 150), in docs/benchmarks.md.
+IRS = irs.Settings()
+IRS_FROM = 16384
 
 RefinementInfo = solvers.Refinement
 
@@ -206,13 +212,22 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     factored and solved in one program, eager or traced alike."""
     a, rows = _matrix(a, mesh, spec)
     b, b2 = _rhs(b, a, rows)
-    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows)
+    route = "irs" if kind == "general" and not rows.sharded and a.shape[0] >= IRS_FROM \
+        and b2.shape[1] == 1 and irs.available() else "blocked"
+    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route)
     return _result(b, x, record, kind, on_failure)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows"))
-def _factor_and_solve(a, b, *, kind, triangle, rows):
-    return _solve(_factored(kind, a, triangle, rows), b, trans=0)
+@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "route", "settings"))
+def _factor_and_solve(a, b, *, kind, triangle, rows, route="blocked", settings=IRS):
+    """route "blocked": jaxmg's blocked factorisation, refined (solvers.py);
+    "irs": cuSOLVER's iterative-refinement LU where the program runs on a
+    GPU (the blocked one where cuSOLVER stops short of its accuracy:
+    irs.checked), the blocked one elsewhere."""
+    def blocked(a, b, transpose=False):
+        return _solve(_factored(kind, a, triangle, rows), b, trans=1 if transpose else 0)
+
+    return irs.solve(a, b, settings, blocked) if route == "irs" else blocked(a, b)
 
 
 def solve_with(f: MixedFactor, b, trans: int = 0):

@@ -1,0 +1,194 @@
+"""The general mixed solve by cuSOLVER's iterative-refinement solver
+(jaxmg/_src/mixed/irs.py): float64 accuracy against NumPy, its record
+(iterations, fallback, info), a forced fallback, a singular matrix, the
+transposed solves of derivatives, vmap and jit. These need a CUDA GPU and
+skip elsewhere; the checks of the route's choice and settings run anywhere."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import helpers
+import jaxmg
+from jaxmg._src import library
+from jaxmg._src.mixed import api, irs, placement
+from jaxmg._src.mixed.solvers import Refinement
+
+gpu = pytest.mark.skipif(not irs.available(), reason="cuSOLVER's IRS needs a CUDA GPU and jaxmg's library")
+N = 4096
+
+
+@pytest.fixture
+def irs_from_n(monkeypatch):
+    """The public solve sends order-N systems of one right-hand side to
+    cuSOLVER (by default only from 16384, where it is the faster route)."""
+    monkeypatch.setattr(api, "IRS_FROM", N)
+
+
+def general(rng, dtype=np.float64, n=N):
+    return helpers.random_matrix(rng, n, dtype, n) / np.sqrt(n) + 3 * np.eye(n, dtype=dtype)
+
+
+def native_backward_error(a, b):
+    x = np.linalg.solve(a, b)
+    r = b - a @ x
+    return np.abs(r).max(axis=0) / (np.abs(a).sum(axis=1).max() * np.abs(x).max(axis=0)
+                                     + np.abs(b).max(axis=0))
+
+
+def test_settings_refuse_unknown_values_by_name():
+    with pytest.raises(ValueError, match="lowest"):
+        irs.Settings(lowest="int8")
+    with pytest.raises(ValueError, match="refiner"):
+        irs.Settings(refiner="cg")
+    with pytest.raises(ValueError, match="max_iterations"):
+        irs.Settings(max_iterations=0)
+
+
+def test_the_library_lists_the_one_gpu_targets_for_float64_types_only():
+    try:
+        targets = library.targets()
+    except RuntimeError as exc:
+        pytest.skip(f"jaxmg's library is not built: {exc}")
+    dn = {k[2]: v for k, v in targets.items() if k[:2] == ("dn", "irsgesv")}
+    assert sorted(dn) == ["complex128", "float64"]
+    assert {v[1] for v in dn.values()} == {"CUDA"}
+    assert dn["float64"][0] == "jaxmg_ddn_irsgesv_cuda"
+
+
+def test_off_a_gpu_the_irs_route_runs_the_blocked_lu(rng):
+    """The program picks its branch where it runs: on CPU devices the
+    blocked LU, with its own record (iterations >= 1, no fallback)."""
+    cpu = jax.devices("cpu")[0]
+    a = jax.device_put(general(rng, n=64), cpu)
+    b = jax.device_put(helpers.random_matrix(rng, 64, np.float64, 2), cpu)
+    x, record = api._factor_and_solve(a, b, kind="general", triangle=None,
+                                      rows=placement.resolve(a), route="irs")
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(np.asarray(a), np.asarray(b)),
+                               rtol=1e-11, atol=1e-12)
+    assert (np.asarray(record.iterations) >= 1).all() and not np.asarray(record.fallback).any()
+
+
+def test_the_measured_defaults():
+    assert api.IRS_FROM == 16384 and api.IRS == irs.Settings("fp16", "classical_gmres", 30)
+
+
+@gpu
+@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_solve_on_a_gpu_reaches_float64_accuracy(rng, dtype, k, irs_from_n):
+    a, b = general(rng, dtype), helpers.random_matrix(rng, N, dtype, k)
+    x, info = jaxmg.solve(a, b, precision="mixed", return_info=True)
+    want = np.linalg.solve(a, b)
+    assert np.abs(np.asarray(x) - want).max() <= 1e-11 * np.abs(want).max()
+    berr = np.asarray(info.backward_error)
+    assert berr.shape == (k,) and (berr <= 10 * native_backward_error(a, b)).all()
+    assert int(info.info) == 0 and np.asarray(info.iterations).shape == (k,)
+    fallback, iterations = np.asarray(info.fallback), np.asarray(info.iterations)
+    assert ((iterations >= 1) | fallback).all()
+
+
+@gpu
+def test_a_system_cusolver_refines_below_the_bound_keeps_its_answer():
+    """U S V^T of condition 10: cuSOLVER's classic-then-GMRES refinement
+    (gmres in the record) ends below refine.tolerance, so no blocked LU."""
+    from tools.bench import matrices
+
+    a = matrices.conditioned(N, "float64", "general", 10.0, seed=5)
+    b = jnp.ones((N, 1))
+    x, record = jax.jit(lambda a, b: irs.checked(a, b, api.IRS, _unreachable))(a, b)
+    assert bool(record.gmres[0]) and not bool(record.fallback[0]) and 1 <= int(record.iterations[0]) <= 30
+    an, bn = np.asarray(a), np.asarray(b)
+    assert float(record.backward_error[0]) <= 10 * native_backward_error(an, bn)[0]
+
+
+def _unreachable(a, b, transpose):
+    """Stands in for the blocked route: its marks (999) show where it ran."""
+    k = b.shape[1]
+    marks = Refinement(jnp.full((k,), 999, jnp.int32), jnp.zeros((k,), bool), jnp.zeros((k,), bool),
+                       jnp.zeros((k,)), jnp.int32(999), jnp.int32(999))
+    return jnp.full_like(b, jnp.nan), marks
+
+
+@gpu
+def test_where_cusolver_stops_short_the_callers_route_finishes(rng):
+    """A diagonally dominant complex matrix: cuSOLVER stops at sqrt(N) eps
+    (about 3e-15 here), above the bound (about 6e-16); the caller's route
+    then solves it, and its iterations add to cuSOLVER's."""
+    a, b = general(rng, np.complex128), helpers.random_matrix(rng, N, np.complex128, 1)
+    x, record = jax.jit(lambda a, b: irs.checked(a, b, api.IRS, _unreachable))(a, b)
+    assert int(record.info) == 999 and int(record.iterations[0]) > 999
+
+
+@gpu
+def test_several_columns_refine_classically_to_cusolvers_tolerance(rng):
+    """GMRES takes one column: three refine classically, to cuSOLVER's own
+    test ||r|| < sqrt(N) eps ||A|| ||x||."""
+    a, b = general(rng, np.complex128), helpers.random_matrix(rng, N, np.complex128, 3)
+    x, record = jax.jit(lambda a, b: irs.refined(a, b, api.IRS))(a, b)
+    assert not np.asarray(record.gmres).any() and not np.asarray(record.fallback).any()
+    assert (np.asarray(record.backward_error) <= np.sqrt(N) * np.finfo(np.float64).eps).all()
+    want = np.linalg.solve(a, b)
+    assert np.abs(np.asarray(x) - want).max() <= 1e-11 * np.abs(want).max()
+
+
+@gpu
+def test_a_refinement_that_cannot_converge_falls_back_to_float64():
+    """One iteration allowed on a matrix of condition 1e8: cuSOLVER solves in
+    float64 and the record says so, with the float64 answer."""
+    from tools.bench import matrices
+
+    a = matrices.conditioned(N, "float64", "general", 1e8, seed=3)
+    b = jnp.ones((N, 1))
+    x, record = jax.jit(lambda a, b: irs.refined(a, b, irs.Settings(max_iterations=1)))(a, b)
+    assert bool(record.fallback[0]) and int(record.info) == 0
+    an, bn = np.asarray(a), np.asarray(b)
+    assert float(record.backward_error[0]) <= 10 * native_backward_error(an, bn)[0]
+
+
+@gpu
+def test_an_exactly_singular_matrix_gives_nan_and_its_pivot(rng):
+    a = general(rng)
+    a[:, 7] = 0
+    x, record = jax.jit(lambda a, b: irs.refined(a, b, api.IRS))(a, np.ones((N, 1)))
+    assert int(record.info) > 0 and np.isnan(np.asarray(x)).all()
+
+
+@gpu
+@pytest.mark.parametrize("scale", [1e6, 1e-6])
+def test_matrices_beyond_fp16s_range_are_scaled_into_it(rng, scale):
+    """Entries of 3e6 overflow FP16 and of 3e-8 underflow it: the power of
+    two applied first keeps cuSOLVER's FP16 factorisation, no fallback."""
+    a, b = scale * general(rng), helpers.random_matrix(rng, N, np.float64, 1)
+    x, record = jax.jit(lambda a, b: irs.refined(a, b, api.IRS))(a, b)
+    assert not bool(record.fallback[0]) and int(record.iterations[0]) >= 1
+    want = np.linalg.solve(a, b)
+    assert np.abs(np.asarray(x) - want).max() <= 1e-11 * np.abs(want).max()
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_gradients_match_the_float64_solve(rng, dtype, irs_from_n):
+    """Cotangents are solves with A^T: cuSOLVER on a's own rows."""
+    a, b = general(rng, dtype), helpers.random_matrix(rng, N, dtype, 1)[:, 0]
+
+    def loss(solve):
+        return lambda a, b: jnp.sum(jnp.abs(solve(a, b)) ** 2)
+
+    mixed = jax.grad(loss(lambda a, b: jaxmg.solve(a, b, precision="mixed")), argnums=(0, 1))(a, b)
+    exact = jax.grad(loss(jnp.linalg.solve), argnums=(0, 1))(a, b)
+    for got, want in zip(mixed, exact):
+        scale = np.abs(np.asarray(want)).max()
+        assert np.abs(np.asarray(got) - np.asarray(want)).max() <= 1e-9 * scale
+
+
+@gpu
+def test_vmap_and_jit_give_each_system_its_solution(rng, irs_from_n):
+    a = np.stack([general(rng), general(rng)])
+    b = helpers.random_matrix(rng, N, np.float64, 2).T
+    solve = jax.jit(jax.vmap(lambda a, b: jaxmg.solve(a, b, precision="mixed")))
+    x = np.asarray(solve(a, b))
+    for i in range(2):
+        want = np.linalg.solve(a[i], b[i])
+        assert np.abs(x[i] - want).max() <= 1e-11 * np.abs(want).max()
