@@ -51,7 +51,7 @@ def targets() -> dict[tuple[str, str, str], tuple[str, str, int]]:
 
 
 def target_name(engine: str, routine: str, dtype) -> str:
-    """The target running `routine` on `engine` ("lapack", "mg", "mp") for `dtype`."""
+    """The target running `routine` on `engine` ("lapack", "mg", "mp", "dn") for `dtype`."""
     return targets()[(engine, routine, jax.numpy.dtype(dtype).name)][0]
 
 

@@ -67,8 +67,9 @@ class Cuda {
     std::optional<void*> ptr = scratch_.Allocate(std::max<size_t>(bytes, 256), 16);
     if (!ptr.has_value()) {
       return Errorf("jaxmg: XLA could not allocate ", bytes,
-                    " bytes of workspace; lower XLA_PYTHON_CLIENT_MEM_FRACTION's claim or the "
-                    "problem size");
+                    " bytes of workspace from its memory pool; raise "
+                    "XLA_PYTHON_CLIENT_MEM_FRACTION (or free other arrays), or solve a smaller "
+                    "problem");
     }
     *out = *ptr;
     return Status::Ok();

@@ -29,11 +29,15 @@ Status Shape(Routine routine, const Operands& ops, const engines::Refinement& re
              Call* call) {
   const ffi::Span<const int64_t> a = ops.dims[kA];
   const ffi::Span<const int64_t> b = ops.dims[kB];
-  if (a.size() != 2 || a[0] != a[1]) return Status::Error("jaxmg: irsgesv needs a square a");
-  if (b.size() != 2 || b[1] != a[0]) {
-    return Errorf("jaxmg: irsgesv takes b^T, (K, ", a[0], "), got a rank-", b.size(), " array");
+  if (a.size() != 2 || a[0] != a[1]) {
+    return Errorf("jaxmg: irsgesv needs a square (N, N) a, got ", Dims(a));
   }
-  if (ops.count(kX) != ops.count(kB)) return Status::Error("jaxmg: irsgesv: x must have b's shape");
+  if (b.size() != 2 || b[1] != a[0]) {
+    return Errorf("jaxmg: irsgesv takes b transposed, (K, ", a[0], "), got ", Dims(b));
+  }
+  if (ops.count(kX) != ops.count(kB)) {
+    return Errorf("jaxmg: irsgesv: x ", Dims(ops.dims[kX]), " must have b's shape ", Dims(b));
+  }
   *call = Call{};
   call->routine = routine;
   call->m = call->n = a[0];
@@ -64,8 +68,9 @@ ffi::Error OneDevice(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
     std::optional<void*> ptr = scratch.Allocate(bytes, 16);
     if (!ptr.has_value()) {
       return ToFfi(Errorf("jaxmg: XLA could not allocate ", bytes,
-                          " bytes of cuSOLVER workspace; lower XLA_PYTHON_CLIENT_MEM_FRACTION's "
-                          "claim or the problem size"));
+                          " bytes of cuSOLVER workspace from its memory pool; raise "
+                          "XLA_PYTHON_CLIENT_MEM_FRACTION (or free other arrays), or solve a "
+                          "smaller problem"));
     }
     ops.buffers[engines::kWork] = {*ptr, bytes, false, false};
   }

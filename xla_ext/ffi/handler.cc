@@ -38,13 +38,13 @@ ffi::DataType Expected(Role r, ffi::DataType dt) {
   }
 }
 
+}  // namespace
+
 std::string Dims(ffi::Span<const int64_t> d) {
   std::string s = "(";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + (d.size() == 1 ? ",)" : ")");
 }
-
-}  // namespace
 
 int64_t Operands::count(Role r) const {
   return std::accumulate(dims[r].begin(), dims[r].end(), int64_t{1}, std::multiplies<>());

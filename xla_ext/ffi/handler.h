@@ -58,6 +58,9 @@ struct Operands {
   int64_t count(Role r) const;  // elements
 };
 
+// A buffer's dimensions for messages: "(2, 3)", "(4,)".
+std::string Dims(ffi::Span<const int64_t> d);
+
 // Decodes the routine's buffers (args beyond the signature are the
 // platform's and left alone); every dtype is checked, naming the operand.
 template <ffi::DataType DT>

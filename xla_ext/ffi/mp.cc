@@ -43,8 +43,9 @@ class Mp {
       std::optional<void*> ptr = scratch->Allocate(bytes, 16);
       if (!ptr.has_value()) {
         return Errorf("jaxmg: XLA could not allocate ", bytes,
-                      " bytes of cuSOLVERMp workspace; lower XLA_PYTHON_CLIENT_MEM_FRACTION's "
-                      "claim or the problem size");
+                      " bytes of cuSOLVERMp workspace from its memory pool; raise "
+                      "XLA_PYTHON_CLIENT_MEM_FRACTION (or free other arrays), or solve a "
+                      "smaller problem");
       }
       *p = *ptr;
       return Status::Ok();

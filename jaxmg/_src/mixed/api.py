@@ -42,9 +42,10 @@ GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
 # solve(assume_a="gen") of one right-hand side on one GPU from N = 16384:
-# cuSOLVER's iterative-refinement solver (irs.py), where it beat the blocked
-# LU above (N=32768: 406 ms against 525; 8192: 49 against 42; 4 columns at
-# 16384: 186 against JAX's 150), in docs/benchmarks.md.
+# cuSOLVER's iterative-refinement solver (irs.py: FP16 LU, classic refinement
+# with GMRES corrections), where it beat the blocked LU above (N=32768: 406
+# ms against 525; 8192: 49 against 42; 4 columns at 16384: 186 against JAX's
+# 150), in docs/benchmarks.md.
 IRS = irs.Settings()
 IRS_FROM = 16384
 
@@ -214,7 +215,8 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     b, b2 = _rhs(b, a, rows)
     route = "irs" if kind == "general" and not rows.sharded and a.shape[0] >= IRS_FROM \
         and b2.shape[1] == 1 and irs.available() else "blocked"
-    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route)
+    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route,
+                                  settings=IRS)
     return _result(b, x, record, kind, on_failure)
 
 
