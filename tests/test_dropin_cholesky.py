@@ -153,6 +153,40 @@ def test_solve_pos_reads_the_triangle_lower_names(rng, lower):
     dropin.assert_close(x, np.linalg.solve(a, b), dtype, condition=dropin.CONDITION)
 
 
+def with_non_finite(a, lower, read: bool):
+    """a with NaN and Inf strictly above the diagonal (below it for lower=False),
+    or, with `read`, in the triangle that `lower` names."""
+    a = a.copy()
+    upper_part = np.triu_indices(a.shape[0], 1)
+    rows, cols = upper_part if lower != read else upper_part[::-1]
+    a[rows[::2], cols[::2]] = np.nan
+    a[rows[1::2], cols[1::2]] = np.inf
+    return a
+
+
+@pytest.mark.parametrize("lower", [True, False])
+@pytest.mark.parametrize("devices, kind", [(1, "auto"), (4, "auto"), (3, "explicit")])
+def test_nan_and_inf_in_the_unread_triangle_change_nothing(rng, devices, kind, lower):
+    """As jax.scipy (and LAPACK's potrf): the triangle that is not read may
+    hold NaN and Inf; the factor, the solves and the inverse are the same as
+    for a clean matrix. In the triangle read, they give NaN."""
+    mesh, dtype = dropin.mesh(devices, kind), np.float64
+    a, b = dropin.spd(rng, N, dtype), dropin.random(rng, (N, K), dtype)
+    dirty = dropin.place(with_non_finite(a, lower, read=False), ROWS, mesh)
+    b_dev = dropin.place(b, REP, mesh)
+    want = np.linalg.solve(a, b)
+    assert np.isfinite(np.asarray(jsl.cho_solve(jsl.cho_factor(with_non_finite(a, lower, False), lower=lower), b))).all()
+    dropin.assert_close(api.cholesky(dirty, lower=lower), jsl.cholesky(dropin.promote(a), lower=lower), dtype)
+    dropin.assert_close(api.cho_solve(api.cho_factor(dirty, lower=lower), b_dev), want, dtype,
+                        condition=dropin.CONDITION)
+    dropin.assert_close(api.solve(dirty, b_dev, assume_a="pos", lower=lower), want, dtype,
+                        condition=dropin.CONDITION)
+    if not lower:  # jaxmg.potrs reads the upper triangle, as cho_factor's default
+        dropin.assert_close(api.potrs(dirty, b_dev), want, dtype, condition=dropin.CONDITION)
+    read = dropin.place(with_non_finite(a, lower, read=True), ROWS, mesh)
+    assert np.isnan(np.asarray(api.solve(read, b_dev, assume_a="pos", lower=lower))).all()
+
+
 @pytest.mark.parametrize("devices, kind", [(2, "auto"), (4, "explicit")])
 def test_not_positive_definite_gives_nan(rng, devices, kind):
     """Where JAX gives NaN, so does jaxmg: the factor's triangle, the solves."""

@@ -114,12 +114,16 @@ def test_syevd_non_finite_input(rng, dtype):
 @pytest.mark.parametrize("where", [(5, 1), (0, 9), (3, 3)], ids=["lower", "upper", "diagonal"])
 @pytest.mark.parametrize("value", [np.nan, np.inf], ids=["nan", "inf"])
 def test_non_finite_entry_fails_the_factorisations(rng, n, tile, where, value):
-    """A NaN or Inf anywhere in a, even one the factorisation does not read or
-    lets through, fails it with NaN results: info is the routine's own order
-    where it stopped there, else N + 1 (also when the engine pads the
-    matrix). The engine's leader checks the blocks where they live."""
+    """A NaN or Inf in what a factorisation reads, even one it lets through,
+    fails it with NaN results: info is the routine's own order where it
+    stopped there, else N + 1 (also when the engine pads the matrix). The
+    Cholesky routines read a's upper triangle only (as jax.scipy's
+    cho_factor, and LAPACK's potrf): one below the diagonal is not theirs,
+    and they solve as for the clean matrix. The engine's leader checks the
+    blocks where they live."""
     mesh = helpers.mesh(2)
-    a = helpers.spd(rng, n, np.float64, 10.0)
+    clean = helpers.spd(rng, n, np.float64, 10.0)
+    a = clean.copy()
     a[where] = value
     kw = dict(tile_size=tile, backend="jaxmg", mesh=mesh, spec=P("x", None))
     b = np.ones((n, 2))
@@ -128,12 +132,17 @@ def test_non_finite_entry_fails_the_factorisations(rng, n, tile, where, value):
         return 0 < int(info) <= n + 1
 
     x, info = jaxmg.potrs(a, b, return_info=True, **kw)
-    assert failed(info) and np.isnan(np.asarray(x)).all()
-    if where == (3, 3) and value == np.inf:  # Cholesky takes sqrt(inf) and goes on
-        assert int(info) == n + 1
-    inverse, info = jaxmg.potri(a, return_info=True, **kw)
-    assert failed(info) and np.isnan(np.asarray(inverse)).all()
-    assert failed(jaxmg.cho_factor(a, **kw).info)
+    inverse, inverse_info = jaxmg.potri(a, return_info=True, **kw)
+    if where[0] > where[1]:  # below the diagonal: unread
+        assert int(info) == 0 and int(inverse_info) == 0 and int(jaxmg.cho_factor(a, **kw).info) == 0
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(clean, b), rtol=1e-10)
+        np.testing.assert_allclose(np.asarray(inverse), np.linalg.inv(clean), rtol=1e-10, atol=1e-12)
+    else:
+        assert failed(info) and np.isnan(np.asarray(x)).all()
+        if where == (3, 3) and value == np.inf:  # Cholesky takes sqrt(inf) and goes on
+            assert int(info) == n + 1
+        assert failed(inverse_info) and np.isnan(np.asarray(inverse)).all()
+        assert failed(jaxmg.cho_factor(a, **kw).info)
     assert failed(jaxmg.lu_factor(a, **kw).info)
     w, info = jaxmg.syevd(a, compute_vectors=False, return_info=True, **kw)
     assert int(info) > 0 and np.isnan(np.asarray(w)).all()  # LAPACK's count, or N + 1

@@ -358,7 +358,7 @@ def _no_grad(a):
 
 def _cholesky_impl(a, *, layout: Layout):
     factor, info = layout.engine.cholesky(a, layout)
-    return factor, layout.engine.finite_info(a, info, layout)
+    return factor, layout.engine.finite_info(a, info, layout, upper=True)
 
 
 _cholesky = jax.jit(_cholesky_impl, static_argnames=("layout",))
@@ -398,7 +398,7 @@ def _upper(factor, info, *, layout: Layout):
 
 def _potrs_impl(a, b, *, layout: Layout, b_sharded: bool):
     x, info, factor = layout.engine.potrs(a, b, layout, b_sharded)
-    info = layout.engine.finite_info(a, info, layout)
+    info = layout.engine.finite_info(a, info, layout, upper=True)
     return failures.nan_where_failed(x, info), info, factor
 
 
@@ -409,7 +409,7 @@ _potrs_donating = jax.jit(_potrs_impl, static_argnames=("layout", "b_sharded"), 
 
 def _potri_impl(a, *, layout: Layout):
     inv, info = layout.engine.potri(a, layout)
-    info = layout.engine.finite_info(a, info, layout)
+    info = layout.engine.finite_info(a, info, layout, upper=True)
     return failures.nan_where_failed(inv, info), info
 
 

@@ -19,10 +19,12 @@ class LinAlgError(ArithmeticError):
     """A factorisation failed (matrix not positive definite, or singular)."""
 
 
-def with_finite_check(a, info, n: int):
+def with_finite_check(a, info, n: int, upper: bool = False):
     """info, or N + 1 where a has a NaN or Inf entry that the factorisation
-    let through (LAPACK can return info 0 and a non-finite factor)."""
-    return jnp.where((info == 0) & ~jnp.all(jnp.isfinite(a)), jnp.int32(n + 1), info)
+    let through (LAPACK can return info 0 and a non-finite factor). upper:
+    the factorisation reads only a's upper triangle, so only it counts."""
+    read = jnp.triu(a) if upper else a
+    return jnp.where((info == 0) & ~jnp.all(jnp.isfinite(read)), jnp.int32(n + 1), info)
 
 
 def nan_where_failed(x, info):

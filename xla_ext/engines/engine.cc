@@ -56,6 +56,10 @@ Status Engine<T>::ReportNonFinite(const Call&, const Parts<T>&) {
   return Status::Ok();
 }
 
+bool ReadsUpperTriangle(Routine r) {
+  return r == Routine::kPotrs || r == Routine::kPotrf || r == Routine::kPotri;
+}
+
 namespace {
 
 bool ReadsMatrix(Routine r) {

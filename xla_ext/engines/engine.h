@@ -11,6 +11,7 @@
 #ifndef JAXMG_XLA_EXT_ENGINES_ENGINE_H_
 #define JAXMG_XLA_EXT_ENGINES_ENGINE_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -144,8 +145,33 @@ class Engine {
   Status Unsupported(Routine routine) const;
 };
 
+// Whether a routine reads only the upper triangle of the row-major matrix
+// its parts hold (the Cholesky ones: they factor the lower triangle of the
+// column-major M = A^T). A NaN in the other triangle is then not A's, as
+// for LAPACK's potrf and JAX's cho_factor.
+bool ReadsUpperTriangle(Routine routine);
+
+// Whether the entries a routine reads among `count` consecutive elements of
+// a part's row-major block are finite: `data` is element `first` of the
+// block, whose rows are the matrix's from `row0`, `n` columns each; `upper`:
+// only those on or above the diagonal.
+template <typename T>
+bool ReadEntriesFinite(const T* data, int64_t first, int64_t count, int64_t row0, int64_t n,
+                       bool upper) {
+  if (!upper) return std::all_of(data, data + count, IsFinite<T>);
+  for (int64_t i = 0; i < count;) {
+    const int64_t row = row0 + (first + i) / n, col = (first + i) % n;
+    const int64_t run = std::min(count - i, n - col);  // to the end of this row
+    const int64_t below = std::clamp<int64_t>(row - col, 0, run);
+    if (!std::all_of(data + i + below, data + i + run, IsFinite<T>)) return false;
+    i += run;
+  }
+  return true;
+}
+
 // Runs call.routine: the one dispatch from a routine to its method. A
-// routine that reads A reports N + 1 in info where A is not finite.
+// routine that reads A reports N + 1 in info where what it reads of A is
+// not finite.
 template <typename T>
 Status Run(Engine<T>& engine, const Call& call, const Parts<T>& parts);
 

@@ -29,10 +29,11 @@ class Engine:
         """The layout's tile (or block) for `routine` on an order-n matrix."""
         return 0
 
-    def finite_info(self, a, info, layout):
+    def finite_info(self, a, info, layout, upper: bool = False):
         """info, or N + 1 where a (the matrix the routine read) has a NaN or
-        Inf entry that the routine let through."""
-        return failures.with_finite_check(a, info, layout.n)
+        Inf entry that the routine let through; upper: the routine read only
+        a's upper triangle (the Cholesky ones), so only it is checked."""
+        return failures.with_finite_check(a, info, layout.n, upper)
 
     # Cholesky
     def cholesky(self, a, layout):  # -> (factor, info)

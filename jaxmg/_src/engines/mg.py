@@ -177,10 +177,11 @@ class Mg(base.Engine):
             return min(tile, GPU_LU_MAX_TILE)
         return tile
 
-    def finite_info(self, a, info, layout):
+    def finite_info(self, a, info, layout, upper: bool = False):
         # The leader checks the blocks where they live (xla_ext/engines:
-        # Run), reporting the padded order + 1: no collective of XLA's, which
-        # in a job of several processes would not end with jaxmg's faults.
+        # Run; the Cholesky routines their upper triangle), reporting the
+        # padded order + 1: no collective of XLA's, which in a job of several
+        # processes would not end with jaxmg's faults.
         n_pad = padded_size(layout.n, layout.placement.n_devices, layout.tile)
         return jnp.where(info == n_pad + 1, jnp.int32(layout.n + 1), info)
 

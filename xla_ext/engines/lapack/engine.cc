@@ -325,10 +325,13 @@ Status LapackEngine<T>::Syevd(const Call& call, const Parts& parts) {
 
 template <typename T>
 Status LapackEngine<T>::AllFinite(const Call& call, const Parts& parts, bool* finite) {
-  const size_t elements = call.n * (call.n / call.parts);
-  *finite = std::all_of(parts.begin(), parts.end(), [&](const engines::Part<T>& p) {
-    return std::all_of(p.a(), p.a() + elements, IsFinite<T>);
-  });
+  const int64_t rows = call.n / call.parts;
+  const bool upper = engines::ReadsUpperTriangle(call.routine);
+  *finite = true;
+  for (size_t i = 0; i < parts.size() && *finite; ++i) {
+    *finite = engines::ReadEntriesFinite(parts[i].a(), 0, call.n * rows,
+                                         static_cast<int64_t>(i) * rows, call.n, upper);
+  }
   return Status::Ok();
 }
 
