@@ -124,6 +124,27 @@ def test_eigvalsh_defaults_to_the_lower_triangle(rng):
     dropin.assert_close(w, np.linalg.eigvalsh(h), dtype)
 
 
+@pytest.mark.parametrize("uplo", ["L", "U"])
+@pytest.mark.parametrize("devices, kind", [(1, "auto"), (4, "auto"), (3, "explicit")])
+def test_nan_in_the_unread_triangle_changes_nothing_without_symmetrizing(rng, devices, kind, uplo):
+    """As jnp.linalg.eigh(symmetrize_input=False): NaN and Inf in the triangle
+    UPLO does not name change nothing; with symmetrize_input (the default)
+    they reach (a + a^H) / 2, and w and v are NaN, as JAX's."""
+    dtype, mesh = np.float64, dropin.mesh(devices, kind)
+    h = dropin.spaced(rng, N, dtype)
+    a = h.copy()
+    rows, cols = np.triu_indices(N, 1) if uplo == "L" else np.tril_indices(N, -1)
+    a[rows[::2], cols[::2]] = np.nan
+    a[rows[1::2], cols[1::2]] = np.inf
+    a_dev = dropin.place(a, ROWS, mesh)
+    w, v = api.eigh(a_dev, UPLO=uplo, symmetrize_input=False)
+    check_decomposition(h, w, v, dtype)
+    w_only = api.eigvalsh(a_dev, UPLO=uplo, symmetrize_input=False)
+    dropin.assert_close(w_only, np.linalg.eigvalsh(h), dtype, what="eigvalsh")
+    w, v = api.eigh(a_dev, UPLO=uplo)
+    assert np.isnan(np.asarray(w)).all() and np.isnan(np.asarray(v)).all()
+
+
 @pytest.mark.parametrize("devices, kind", [(2, "explicit"), (8, "auto")])
 def test_eigh_scipy_keywords(rng, devices, kind):
     """jax.scipy.linalg.eigh's lower= and eigvals_only=."""

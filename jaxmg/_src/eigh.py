@@ -175,7 +175,7 @@ def _read(a, layout: Layout, read: str):
 
 def _syevd_impl(a, *, layout: Layout, vectors: bool):
     w, v, info = layout.engine.syevd(a, layout, vectors)
-    info = layout.engine.finite_info(a, info, layout)
+    info = layout.engine.finite_info(a, info, layout, upper=True)
     v = failures.nan_where_failed(v, info) if vectors else v
     return failures.nan_where_failed(w, info), v, info
 

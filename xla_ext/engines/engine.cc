@@ -57,7 +57,8 @@ Status Engine<T>::ReportNonFinite(const Call&, const Parts<T>&) {
 }
 
 bool ReadsUpperTriangle(Routine r) {
-  return r == Routine::kPotrs || r == Routine::kPotrf || r == Routine::kPotri;
+  return r == Routine::kPotrs || r == Routine::kPotrf || r == Routine::kPotri ||
+         r == Routine::kSyevd;
 }
 
 namespace {

@@ -146,9 +146,9 @@ class Engine {
 };
 
 // Whether a routine reads only the upper triangle of the row-major matrix
-// its parts hold (the Cholesky ones: they factor the lower triangle of the
-// column-major M = A^T). A NaN in the other triangle is then not A's, as
-// for LAPACK's potrf and JAX's cho_factor.
+// its parts hold (Cholesky and the eigensolver: they read the lower
+// triangle of the column-major M = A^T). A NaN in the other triangle is
+// then not A's, as for LAPACK's potrf and syevd and JAX's cho_factor.
 bool ReadsUpperTriangle(Routine routine);
 
 // Whether the entries a routine reads among `count` consecutive elements of

@@ -79,7 +79,7 @@ class Native(base.Engine):
             w, v = jnp.linalg.eigh(a, UPLO="U", symmetrize_input=False)
             v = sharding.constrain_result(v, layout.placement, P(None, layout.placement.axis))
         else:
-            w, v = jnp.linalg.eigvalsh(a, UPLO="U"), None
+            w, v = jnp.linalg.eigvalsh(a, UPLO="U", symmetrize_input=False), None
         return w, v, _failed(w)
 
     def qr(self, a, placement):
