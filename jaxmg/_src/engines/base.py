@@ -129,3 +129,13 @@ def slogdet_from(diag, swaps, dtype):
         flips = swaps + jnp.sum(diag < 0)
         sign = jnp.where(flips % 2 == 0, 1, -1).astype(dtype)
     return jnp.where(zero, jnp.zeros_like(sign), sign), logabsdet
+
+
+def eigenvalue_bound(a):
+    """Above every |eigenvalue| of the Hermitian matrix of a's upper
+    triangle (the one the engines read): its largest row sum plus its
+    largest column sum bounds that matrix's inf-norm. The padding
+    eigenvalues of syevd, so they sort last; the other triangle may hold
+    anything, as for LAPACK."""
+    upper = jnp.abs(jnp.triu(a))
+    return jnp.max(jnp.sum(upper, axis=1)) + jnp.max(jnp.sum(upper, axis=0)) + 1

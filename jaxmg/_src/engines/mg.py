@@ -304,15 +304,8 @@ class Mg(base.Engine):
     def syevd(self, a, layout, vectors):
         placement, n = layout.placement, layout.n
         n_pad = padded_size(n, placement.n_devices, layout.tile)
-        # Padding eigenvalues exceed every |eigenvalue| of the Hermitian matrix
-        # of a's upper triangle (the one read; <= its inf-norm, which the
-        # triangle's largest row sum plus its largest column sum bounds), so
-        # they sort last and the leading n pairs are a's own.
-        if n_pad > n:
-            upper = jnp.abs(jnp.triu(a))
-            pad_value = jnp.max(jnp.sum(upper, axis=1)) + jnp.max(jnp.sum(upper, axis=0)) + 1
-        else:
-            pad_value = 1
+        # Padding eigenvalues sort last: the leading n pairs are a's own.
+        pad_value = base.eigenvalue_bound(a) if n_pad > n else 1
         a = sharding.constrain(sharding.pad_matrix(a, n_pad, pad_value), placement,
                                layout.row_spec)
         vh, w, info = _shard_map(

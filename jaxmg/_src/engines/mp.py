@@ -510,9 +510,8 @@ class Mp(base.Engine):
         placement, n = layout.placement, layout.n
         n_pad = cyclic.padded(n, layout.tile, placement)
         check_syevd(vectors)
-        # Padding eigenvalues exceed every |eigenvalue| of a (<= its inf-norm),
-        # so they sort last and the leading n pairs are a's own.
-        pad_value = jnp.max(jnp.sum(jnp.abs(a), axis=1)) + 1 if n_pad > n else 1
+        # Padding eigenvalues sort last: the leading n pairs are a's own.
+        pad_value = base.eigenvalue_bound(a) if n_pad > n else 1
         a = sharding.constrain(sharding.pad_matrix(a, n_pad, pad_value), placement,
                                layout.row_spec)
         vh, w, info = syevd(a, placement, layout.tile)
