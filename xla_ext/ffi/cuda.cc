@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <vector>
 
 #include "xla/ffi/api/ffi.h"
@@ -64,15 +63,7 @@ class Cuda {
   Status Workspace(size_t bytes, void** out) {
     // XLA's FFI allocator accepts alignments up to 16; its blocks are in fact
     // aligned far more.
-    std::optional<void*> ptr = scratch_.Allocate(std::max<size_t>(bytes, 256), 16);
-    if (!ptr.has_value()) {
-      return Errorf("jaxmg: XLA could not allocate ", bytes,
-                    " bytes of workspace from its memory pool; raise "
-                    "XLA_PYTHON_CLIENT_MEM_FRACTION (or free other arrays), or solve a smaller "
-                    "problem");
-    }
-    *out = *ptr;
-    return Status::Ok();
+    return ScratchWorkspace(scratch_, std::max<size_t>(bytes, 256), "workspace", out);
   }
 
   // The leader reads every participant's buffers once all have arrived, so

@@ -2,7 +2,6 @@
 // whose stream XLA hands it, over its own buffers; no meeting. Buffers are
 // read column-major: the Python side passes A^T and B^T (jaxmg/_src/mixed/irs.py).
 #include <memory>
-#include <optional>
 
 #include "xla/ffi/api/ffi.h"
 #include "xla_ext/engines/dn/engine.h"
@@ -65,14 +64,8 @@ ffi::Error OneDevice(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
   size_t bytes = 0;
   s = engine.WorkspaceBytes(call, 0, ops.buffers[kA].data, &bytes);
   if (s.ok() && bytes > 0) {
-    std::optional<void*> ptr = scratch.Allocate(bytes, 16);
-    if (!ptr.has_value()) {
-      return ToFfi(Errorf("jaxmg: XLA could not allocate ", bytes,
-                          " bytes of cuSOLVER workspace from its memory pool; raise "
-                          "XLA_PYTHON_CLIENT_MEM_FRACTION (or free other arrays), or solve a "
-                          "smaller problem"));
-    }
-    ops.buffers[engines::kWork] = {*ptr, bytes, false, false};
+    ops.buffers[engines::kWork] = {nullptr, bytes, false, false};
+    s = ScratchWorkspace(scratch, bytes, "cuSOLVER workspace", &ops.buffers[engines::kWork].data);
   }
   if (!s.ok()) return ToFfi(s);
   const rendezvous::Buffer& a = ops.buffers[kA];

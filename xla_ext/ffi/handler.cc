@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <numeric>
+#include <optional>
 
 #include "xla_ext/layout/block_cyclic.h"
 
@@ -44,6 +45,18 @@ std::string Dims(ffi::Span<const int64_t> d) {
   std::string s = "(";
   for (size_t i = 0; i < d.size(); ++i) s += (i ? ", " : "") + std::to_string(d[i]);
   return s + (d.size() == 1 ? ",)" : ")");
+}
+
+Status ScratchWorkspace(ffi::ScratchAllocator& scratch, size_t bytes, const char* what,
+                        void** out) {
+  std::optional<void*> ptr = scratch.Allocate(bytes, 16);
+  if (!ptr.has_value()) {
+    return Errorf("jaxmg: XLA could not allocate ", bytes, " bytes of ", what,
+                  " from its memory pool; raise XLA_PYTHON_CLIENT_MEM_FRACTION (or free other "
+                  "arrays), or solve a smaller problem");
+  }
+  *out = *ptr;
+  return Status::Ok();
 }
 
 int64_t Operands::count(Role r) const {

@@ -61,6 +61,11 @@ struct Operands {
 // A buffer's dimensions for messages: "(2, 3)", "(4,)".
 std::string Dims(ffi::Span<const int64_t> d);
 
+// `bytes` of workspace from XLA's allocator on the call's device (16-byte
+// aligned, the most it accepts); `what` names the workspace in the error.
+Status ScratchWorkspace(ffi::ScratchAllocator& scratch, size_t bytes, const char* what,
+                        void** out);
+
 // Decodes the routine's buffers (args beyond the signature are the
 // platform's and left alone); every dtype is checked, naming the operand.
 template <ffi::DataType DT>

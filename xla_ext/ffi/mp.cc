@@ -5,7 +5,6 @@
 // the M x N matrix, block-cyclic on the grid, which the Python side arranges
 // (every rank holds the same number of whole blocks).
 #include <memory>
-#include <optional>
 #include <string>
 
 #include "xla/ffi/api/ffi.h"
@@ -40,15 +39,7 @@ class Mp {
         mp::GridOf(*rank, static_cast<int32_t>(g.rows), static_cast<int32_t>(g.cols), &grid));
     ffi::ScratchAllocator* scratch = &scratch_;
     mp::Allocator alloc = [scratch](size_t bytes, void** p) -> Status {
-      std::optional<void*> ptr = scratch->Allocate(bytes, 16);
-      if (!ptr.has_value()) {
-        return Errorf("jaxmg: XLA could not allocate ", bytes,
-                      " bytes of cuSOLVERMp workspace from its memory pool; raise "
-                      "XLA_PYTHON_CLIENT_MEM_FRACTION (or free other arrays), or solve a "
-                      "smaller problem");
-      }
-      *p = *ptr;
-      return Status::Ok();
+      return ScratchWorkspace(*scratch, bytes, "cuSOLVERMp workspace", p);
     };
     *out = std::make_unique<mp::MpEngine<T>>(*rank, grid, stream_, std::move(alloc));
     return Status::Ok();
