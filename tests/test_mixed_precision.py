@@ -61,8 +61,8 @@ def eps(dtype) -> float:
 # Relative error bounds of one product with 40-term sums: the unit roundoff
 # of the parts (2^-8 BF16, 2^-11 TF32) times a small factor; x3 drops the
 # lo*lo terms (2^-16 for BF16), x6 keeps terms to 2^-24.
-BOUNDS = {"bf16": 2**-6, "bf16x3": 2**-13, "bf16x6": 2**-20, "tf32": 2**-9, "tf32x3": 2**-19,
-          "f32": 2**-20, "f64": 2**-48}
+BOUNDS = {"bf16": 2**-6, "bf16x3": 2**-13, "bf16x6": 2**-20, "fp16": 2**-9, "tf32": 2**-9,
+          "tf32x3": 2**-19, "f32": 2**-20, "f64": 2**-48}
 
 
 @pytest.mark.parametrize("update", sorted(precision.UPDATES))
@@ -73,8 +73,26 @@ def test_update_precision_rounds_like_its_format(rng, update):
     ref = x @ y.T
     err = np.abs(np.asarray(got, np.float64) - ref).max() / np.abs(ref).max()
     assert err < BOUNDS[update]
-    if update in ("bf16", "tf32"):  # really rounded, not float32 in disguise
+    if update in ("bf16", "fp16", "tf32"):  # really rounded, not float32 in disguise
         assert err > 2**-16
+
+
+def test_fp16_updates_round_to_float16_subnormals_and_overflow_past_its_range():
+    """The emulation rounds as the GPU's F16 GEMM: entries below float16's
+    normal range keep their subnormal value (reduce_precision would flush
+    them to zero), entries beyond 65504 overflow."""
+    tiny = jnp.full((4, 8), 1e-6, jnp.float32)
+    got = np.asarray(precision.matmul(tiny, jnp.ones((4, 8), jnp.float32), "fp16", adjoint_y=True))
+    assert np.allclose(got, 8 * np.float32(np.float16(1e-6)), rtol=1e-6) and got.min() > 0
+    big = jnp.full((2, 2), 7e4, jnp.float32)
+    assert not np.isfinite(np.asarray(precision.matmul(big, jnp.eye(2), "fp16", adjoint_y=True))).any()
+
+
+def test_lu_refuses_float16_updates_by_name():
+    with pytest.raises(ValueError, match=r"update='fp16' has float16's range.*use bf16, bf16x3 or tf32"):
+        lu.lu(jnp.eye(4), update="fp16")
+    with pytest.raises(ValueError, match=r"update='fp16' has float16's range"):
+        solvers.general_solve(jnp.eye(4), jnp.ones(4), update="fp16")
 
 
 @pytest.mark.parametrize("adjoint_y", [True, False])
@@ -276,6 +294,41 @@ def test_spd_solve_is_fp64_accurate(rng, dtype):
         check_fp64_accurate(a, b, x, record, fp64_spd(a, b))
         if condition == 10.0:  # BF16 updates refine well-conditioned systems without help
             assert not np.any(record.fallback) and np.all(record.iterations >= 2)
+
+
+@pytest.mark.parametrize("magnitude", [1e-30, 1.0, 1e30])
+def test_fp16_updates_refine_matrices_of_any_magnitude_to_float64_accuracy(rng, magnitude):
+    """A is scaled by a power of two to a unit diagonal before it is rounded,
+    so FP16's range fits any magnitude (unscaled, 1e30 overflows and 1e-30
+    underflows float16), and its 3 more bits than BF16 take no more steps."""
+    a = spd(rng, N, np.float64, 100.0) * magnitude
+    b = rng.standard_normal((N, K)) * magnitude
+    x, record = solvers.spd_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB, update="fp16",
+                                  panel_solve="inverse")
+    check_fp64_accurate(a, b, x, record, fp64_spd(a, b))
+    assert not np.any(record.fallback) and int(record.factor_info) == 0
+    _, bf16 = solvers.spd_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB, update="bf16",
+                                panel_solve="inverse")
+    assert np.all(record.iterations <= bf16.iterations)
+
+
+def test_fp16_inverse_panel_solve_survives_a_diagonal_block_inverse_beyond_float16(rng):
+    """A tiny pivot (1e-6) in the first diagonal block puts 1e6, beyond
+    float16's 65504, into a row of its inverse; the row is scaled into range
+    before the GEMM that forms the block column below, so that column keeps
+    its entry (0.5) instead of overflowing, and the solve converges."""
+    a = np.eye(N)
+    a[10, 10] = 1e-12
+    a[NB + 5, 10] = a[10, NB + 5] = 5e-7  # L[NB + 5, 10] = 5e-7 / 1e-6
+    f, info = cholesky.cholesky(jnp.asarray(a), block_size=NB, update="fp16", panel_solve="inverse")
+    assert int(info) == 0
+    assert np.abs(np.asarray(f.inverses[0])).max() > 65504  # the case the scaling is for
+    assert all(np.isfinite(np.asarray(p)).all() for p in f.below)
+    assert abs(float(f.below[0][5, 10]) - 0.5) < 0.05  # float16 holds 5e-7 as a subnormal
+    b = rng.standard_normal((N, K))
+    x, record = solvers.spd_solve(jnp.asarray(a), jnp.asarray(b), block_size=NB, update="fp16",
+                                  panel_solve="inverse")
+    check_fp64_accurate(a, b, x, record, fp64_spd(a, b))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

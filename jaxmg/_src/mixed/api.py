@@ -23,19 +23,22 @@ from jaxmg._src.mixed import irs, refine as rf, solvers
 
 PRECISIONS = ("highest", "mixed")
 
-# Cholesky: the fastest variant measured on one H200 at N = 32768
-# (tools/mixed_precision_probe.py): BF16 trailing updates, float32 panels of
+# Cholesky: the fastest variant measured on one H200 (tools/mixed_precision_probe.py,
+# docs/benchmarks.md): FP16 trailing updates (A scaled to a largest diagonal
+# entry in [1, 2), so that L's entries fit float16's range), float32 panels of
 # 2048 columns, left-looking, the off-diagonal blocks as GEMMs with the
-# inverse of the diagonal block; where BF16 cannot factor the matrix (cond
-# beyond about 1e3) it factors again with BF16x3 updates (float32-like
-# accuracy on tensor cores). LU: BF16's pivot growth left refinement at 22-30
-# steps even at cond 10, and so did TF32's on U S V^T matrices at N=16384
-# and 32768 (it converged in 4 on W / sqrt(N) + 3 I: docs/benchmarks.md), so
+# inverse of the diagonal block (its rows scaled into float16's range). FP16's
+# 3 more bits than BF16 save a refinement step at cond 10 (N=32768: 82.5 ms
+# against 90.5) and factor cond 1e4 at once, where BF16 failed and factored
+# again. Where FP16 cannot factor the matrix it factors again with BF16x3
+# updates (float32-like accuracy on tensor cores). LU: BF16's pivot growth
+# left refinement at 22-30 steps even at cond 10, and so did TF32's on U S V^T
+# matrices at N=16384 and 32768 (it converged in 4 on W / sqrt(N) + 3 I), so
 # BF16x3 from the start; right-looking, U12 as a GEMM with the inverse of
 # L11 (525 ms against 565 with the triangular solve at N=32768, 143 against
 # 151 at 16384), panels of 4096 columns, 2048 up to N=16384 (131 ms there):
 # its program grows with (N / nb)^2 blocks, and so does its compile time.
-SPD = dict(block_size=2048, update="bf16", panel="float32", variant="left", panel_solve="inverse")
+SPD = dict(block_size=2048, update="fp16", panel="float32", variant="left", panel_solve="inverse")
 GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
                panel_solve="inverse")
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
@@ -204,7 +207,7 @@ def _config(kind, a):
     if kind == "spd":
         return blk.config(a.dtype, variants=chol.VARIANTS, **SPD)
     options = GENERAL_UP_TO_16384 if a.shape[0] <= 16384 else GENERAL
-    return blk.config(a.dtype, variants=lum.VARIANTS, **options)
+    return blk.config(a.dtype, variants=lum.VARIANTS, bounded=False, **options)
 
 
 def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,

@@ -35,7 +35,11 @@ class Config:
     panel_solve: str
 
 
-def config(dtype, *, block_size, update, panel, variant, panel_solve, variants) -> Config:
+def config(dtype, *, block_size, update, panel, variant, panel_solve, variants,
+           bounded: bool = True) -> Config:
+    """bounded: the factor's entries stay near 1 once A is scaled (Cholesky:
+    |L_ij| <= sqrt(max_i A_ii)); LU's U grows with its pivots, so it takes no
+    narrow-range update (float16)."""
     if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"block_size must be a positive int, got {block_size!r}")
     if panel not in PANELS:
@@ -45,6 +49,11 @@ def config(dtype, *, block_size, update, panel, variant, panel_solve, variants) 
     if panel_solve not in ("trsm", "inverse"):
         raise ValueError(f'panel_solve={panel_solve!r}: use "trsm" or "inverse"')
     precision.check_update(update, work_dtype(dtype, panel))
+    if not bounded and precision.UPDATES[update].exponent_bits < 8:
+        raise ValueError(
+            f"update={update!r} has float16's range, which the LU's U (growing with its pivots) "
+            "can exceed; use bf16, bf16x3 or tf32 for LU"
+        )
     return Config(block_size, update, panel, variant, panel_solve)
 
 
@@ -88,6 +97,24 @@ def offsets(widths) -> list[tuple[int, int]]:
         out.append((o, w))
         o += w
     return out
+
+
+def power_of_two_near_inverse(v):
+    """2^(1 - e) for v = m 2^e, 1/2 <= m < 1: v times it lies in [1, 2)
+    (1 where v is 0 or not finite). ldexp is exact; exp2 rounds."""
+    finite = jnp.isfinite(v) & (v > 0)
+    _, e = jnp.frexp(jnp.where(finite, v, 1))
+    return jnp.where(finite, jnp.ldexp(jnp.ones_like(v), 1 - e), 1)
+
+
+def rows_in_range(m):
+    """m with each row times the power of two that brings its largest entry
+    into [1, 2), and those powers: the rows of a diagonal block's inverse
+    can exceed float16's range (one tiny pivot), while the products they
+    give the block column stay near 1. Row by row, so that one large row
+    does not push the others below float16's normal range."""
+    s = power_of_two_near_inverse(jnp.max(jnp.abs(m), axis=1))
+    return m * s[:, None].astype(m.dtype), s
 
 
 def inverse_lower(l, *, unit_diagonal: bool = False):

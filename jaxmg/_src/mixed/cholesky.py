@@ -171,7 +171,8 @@ def _panel(c, o: int, w: int, cfg: blk.Config, rows: placement.Rows, failure):
     if cfg.panel_solve == "trsm":
         l21 = rows.map_rows(_right_solve_adjoint, rest, l11)
     else:
-        l21 = precision.matmul(rest, inv, cfg.update, adjoint_y=True)
+        scaled, powers = blk.rows_in_range(inv)  # L21 = C21 inv^H = (C21 (S inv)^H) S^-1
+        l21 = precision.matmul(rest, scaled, cfg.update, adjoint_y=True) * (1 / powers).astype(rest.dtype)
     if rows.sharded:
         l21 = jnp.where(rows.row_index(0, c.shape[0]) >= o + w, l21, jnp.zeros((), l21.dtype))
     return l11, inv, rows.rows(l21), failure

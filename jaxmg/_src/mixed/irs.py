@@ -35,7 +35,7 @@ import numpy as np
 from jax import custom_batching, lax
 
 from jaxmg._src import library
-from jaxmg._src.mixed import placement, refine as rf
+from jaxmg._src.mixed import blocks as blk, placement, refine as rf
 from jaxmg._src.mixed.solvers import Refinement
 
 LOWEST = ("fp16", "bf16", "tf32", "fp32")  # the order of engines::LowPrecision
@@ -118,12 +118,15 @@ def checked(a, b, settings: Settings, otherwise, transpose: bool = False):
     8.0e-17, bound 5.6e-16); on the benchmark's U S V^T matrices it went on
     below the bound (2.8e-17 at N=32768). Where cuSOLVER fell back, its
     float64 LU's answer stands: JAX's float64 solver's accuracy, without the
-    blocked route's cost again."""
+    blocked route's cost again. Where cuSOLVER gave no finite answer (a
+    singular matrix: on the H200 it reported info 0 with a non-finite x), the
+    caller's route reports LAPACK's pivot."""
     n = b.shape[0]
     norms = rf.norms(a, adjoint=transpose)
     x, record, count = _refined(a, b, settings, transpose, norms)
     # cuSOLVER's own float64 solve (count < 0) stands; any other answer must meet the bound.
-    short = (count >= 0) & (record.info == 0) & (record.backward_error > rf.tolerance(n, norms[1]))
+    above = (count >= 0) & (record.info == 0) & (record.backward_error > rf.tolerance(n, norms[1]))
+    short = above | (record.info != 0)
 
     def again(_):
         x2, r2 = otherwise(a, b, transpose)
@@ -146,7 +149,7 @@ def _refined(a, b, settings: Settings, transpose: bool, norms):
     n, k = b.shape
     refiner = settings.refiner if k == 1 else "classical"
     anorm, _ = rf.norms(a, adjoint=transpose) if norms is None else norms
-    scale = _power_of_two_near_inverse(jnp.max(jnp.abs(a)))
+    scale = blk.power_of_two_near_inverse(jnp.max(jnp.abs(a)))
     x_t, info, count = _gesv((a if transpose else a.T) * scale, b.T, settings, refiner)
     x = x_t.T * scale  # (s M) y = b: x = s y
     info = jnp.where((info == 0) & ~jnp.all(jnp.isfinite(x)), n + 1, info).astype(jnp.int32)
@@ -170,14 +173,6 @@ def _refined(a, b, settings: Settings, transpose: bool, norms):
         info=info,
     )
     return x, record, count
-
-
-def _power_of_two_near_inverse(v):
-    """2^(1 - e) for v = m 2^e, 1/2 <= m < 1: v times it lies in [1, 2).
-    ldexp is exact (exp2 rounds: exp(x ln 2))."""
-    finite = jnp.isfinite(v) & (v > 0)
-    _, e = jnp.frexp(jnp.where(finite, v, 1))
-    return jnp.where(finite, jnp.ldexp(jnp.ones_like(v), 1 - e), 1)
 
 
 def _gesv(m_t, b_t, settings: Settings, refiner: str):

@@ -82,7 +82,7 @@ def lu(
     blk.check_matrix(a)
     cfg = blk.config(
         a.dtype, block_size=block_size, update=update, panel=panel, variant=variant,
-        panel_solve=panel_solve, variants=VARIANTS,
+        panel_solve=panel_solve, variants=VARIANTS, bounded=False,
     )
     rows = placement.resolve(a, mesh, axis)
     scale = jnp.ones((), jnp.finfo(a.dtype).dtype) if scale is None else scale

@@ -1,12 +1,18 @@
 """The GEMMs of the trailing updates, at a named precision.
 
-On GPUs each name is one of XLA's dot algorithms (tensor cores for the BF16
-and TF32 ones). XLA:CPU accepts some of those presets but computes them in
-float32, so on CPUs the rounding is emulated: operands are split into BF16
-or TF32 parts (`lax.reduce_precision`) and the parts multiplied in float32,
-which is exact for parts of at most 11 significant bits, with float32
-accumulation: the same numerics, so the solvers' convergence can be tested
-on a CPU. Complex operands go through one real GEMM of twice the width
+On GPUs each name is one of XLA's dot algorithms (tensor cores for the BF16,
+FP16 and TF32 ones). XLA:CPU accepts some of those presets but computes them
+in float32, so on CPUs the rounding is emulated: operands are split into
+BF16 or TF32 parts (`lax.reduce_precision`), or rounded to float16 itself
+(whose subnormals reduce_precision would flush), and the parts multiplied in
+float32, which is exact for parts of at most 11 significant bits, with
+float32 accumulation: the same numerics, so the solvers' convergence can be
+tested on a CPU.
+
+FP16 has 3 more significand bits than BF16 but float16's range (largest
+65504, subnormal below 6.1e-5): the callers keep its operands near 1 (the
+Cholesky scales A by a power of two to a unit diagonal maximum, so every
+entry of L is at most about 1, and scales the diagonal block's inverse). Complex operands go through one real GEMM of twice the width
 ([Xr Xi] times a 2 x 2 real block matrix), since the presets are real.
 """
 
@@ -28,6 +34,7 @@ class Update:
     mantissa_bits: int | None  # None: float32 or float64 arithmetic itself
     parts: int
     products: tuple[tuple[int, int], ...]
+    exponent_bits: int = 8  # 5: float16, emulated by rounding to float16 itself
 
 
 _X1 = ((0, 0),)
@@ -38,6 +45,7 @@ UPDATES = {
     "bf16": Update("BF16_BF16_F32", 7, 1, _X1),
     "bf16x3": Update("BF16_BF16_F32_X3", 7, 2, _X3),
     "bf16x6": Update("BF16_BF16_F32_X6", 7, 3, _X6),
+    "fp16": Update("F16_F16_F32", 10, 1, _X1, exponent_bits=5),
     "tf32": Update("TF32_TF32_F32", 10, 1, _X1),
     "tf32x3": Update("TF32_TF32_F32_X3", 10, 2, _X3),
     "f32": Update("F32_F32_F32", None, 1, _X1),
@@ -99,18 +107,22 @@ def _real_embedding(x, y, adjoint_y: bool):
     return xr, jnp.concatenate([top, jnp.concatenate([-yi, yr], axis=1)], axis=0)
 
 
-def _parts(x, mantissa_bits: int, count: int):
+def _parts(x, spec: Update):
     parts, rest = [], x
-    for _ in range(count):
-        part = lax.reduce_precision(rest, exponent_bits=8, mantissa_bits=mantissa_bits)
+    for _ in range(spec.parts):
+        if spec.exponent_bits == 5:
+            part = rest.astype(jnp.float16).astype(rest.dtype)
+        else:
+            part = lax.reduce_precision(rest, exponent_bits=spec.exponent_bits,
+                                        mantissa_bits=spec.mantissa_bits)
         parts.append(part)
         rest = rest - part
     return parts
 
 
 def _emulated(x, y, adjoint_y: bool, spec: Update):
-    xs = _parts(x, spec.mantissa_bits, spec.parts)
-    ys = _parts(y, spec.mantissa_bits, spec.parts)
+    xs = _parts(x, spec)
+    ys = _parts(y, spec)
     total = None
     for i, j in spec.products:  # the smallest products first, as the presets sum them
         term = _dot(xs[i], ys[j], adjoint_y, lax.Precision.HIGHEST)

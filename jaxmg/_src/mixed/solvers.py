@@ -113,6 +113,7 @@ def _front(kind: str, a, b, args):
     cfg = blk.config(
         a.dtype, block_size=args["block_size"], update=args["update"], panel=args["panel"],
         variant=args["variant"], panel_solve=args["panel_solve"], variants=variants,
+        bounded=kind == "spd",
     )
     opts = rf.options(args["method"], args["max_iterations"], args["restart"], args["inner_tolerance"])
     if not isinstance(args["fallback"], bool):
@@ -147,7 +148,7 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
     upper = triangle == "upper"
     factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
     norms = _norms(a) if triangle is None else _triangle_norms(a, upper)
-    scale = _scale(norms[0])
+    scale = _scale(kind, a, norms[0], rows.sharded)
     f, info = factor(a, scale, cfg=cfg, rows=rows)
     if retry is not None and retry != cfg.update:
         again = dataclasses.replace(cfg, update=retry)
@@ -176,12 +177,17 @@ _norms = jax.jit(rf.norms)
 _triangle_norms = jax.jit(hermitian.norms, static_argnums=1)
 
 
-@jax.jit
-def _scale(anorm):
-    """A power of two near 1 / ||A||_inf: the factorisation's inputs stay
-    within the low precision's range."""
-    finite = jnp.isfinite(anorm) & (anorm > 0)
-    return jnp.where(finite, jnp.exp2(-jnp.round(jnp.log2(jnp.where(finite, anorm, 1)))), 1)
+@functools.partial(jax.jit, static_argnums=(0, 3))
+def _scale(kind: str, a, anorm, sharded: bool = False):
+    """The power of two A is multiplied by before it is rounded: to a largest
+    diagonal entry in [1, 2) for a Cholesky (so |L_ij| < sqrt(2), within
+    float16's range), to ||A||_inf in [1, 2) for an LU. Rows sharded: the
+    largest |a_ij| (the same for a positive-definite matrix, and no gather of
+    the diagonal across devices; a then holds both triangles)."""
+    if kind != "spd":
+        return blk.power_of_two_near_inverse(anorm)
+    largest = jnp.max(jnp.abs(a)) if sharded else jnp.max(jnp.abs(jnp.diagonal(a)))
+    return blk.power_of_two_near_inverse(largest)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint",
@@ -197,7 +203,7 @@ def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallba
 def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
     factor_body = chol._factor if kind == "spd" else lum._factor
     norms = rf.norms(a)
-    factor, factor_info = factor_body(a, _scale(norms[0]), cfg=cfg, rows=rows)
+    factor, factor_info = factor_body(a, _scale(kind, a, norms[0], rows.sharded), cfg=cfg, rows=rows)
     return _refine_body(a, factor, factor_info, norms, b, kind=kind, cfg=cfg, opts=opts,
                         fallback=fallback, rows=rows)
 
