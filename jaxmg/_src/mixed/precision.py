@@ -7,13 +7,13 @@ BF16 or TF32 parts (`lax.reduce_precision`), or rounded to float16 itself
 (whose subnormals reduce_precision would flush), and the parts multiplied in
 float32, which is exact for parts of at most 11 significant bits, with
 float32 accumulation: the same numerics, so the solvers' convergence can be
-tested on a CPU.
+tested on a CPU. Complex operands go through one real GEMM of twice the
+width ([Xr Xi] times a 2 x 2 real block matrix), since the presets are real.
 
 FP16 has 3 more significand bits than BF16 but float16's range (largest
 65504, subnormal below 6.1e-5): the callers keep its operands near 1 (the
 Cholesky scales A by a power of two to a unit diagonal maximum, so every
-entry of L is at most about 1, and scales the diagonal block's inverse). Complex operands go through one real GEMM of twice the width
-([Xr Xi] times a 2 x 2 real block matrix), since the presets are real.
+entry of L is at most about 1, and scales the diagonal block's inverse).
 """
 
 from __future__ import annotations
