@@ -451,6 +451,28 @@ def test_refine_stops_at_the_floor(rng):
     assert np.all(np.asarray(berr) <= 4 * np.asarray(floor))
 
 
+@pytest.mark.parametrize("contraction,budget,reaches", [(0.3, 50, True), (0.3, 20, False), (0.8, 50, False)])
+def test_refine_gives_up_at_once_when_its_rate_cannot_reach_the_bound(rng, contraction, budget, reaches):
+    """Classic refinement whose error shrinks by `contraction` each step
+    (precondition = (1 - contraction) A^{-1}) needs about
+    log(bound) / log(contraction) solves: 0.3 reaches the bound in about 30,
+    so with 20 left it stops after its first step, as does 0.8 (about 150)."""
+    a = spd(rng, 64, np.float64, 10.0)
+    b = rng.standard_normal((64, 2))
+    anorm, floor = refine.norms(jnp.asarray(a))
+    damped = jnp.asarray((1 - contraction) * np.linalg.inv(a))
+    x, iterations, gmres, converged, berr = refine.refine(
+        lambda x: jnp.asarray(a) @ x, lambda r: damped @ r, jnp.asarray(b), anorm, floor,
+        refine.options("ir", max_iterations=budget), start_ok=jnp.asarray(True),
+    )
+    iterations = np.asarray(iterations)
+    if reaches:
+        assert np.all(converged) and np.all((iterations > 20) & (iterations < budget))
+        assert np.all(np.asarray(berr) <= float(refine.tolerance(64, floor)))
+    else:
+        assert not np.any(converged) and np.all(iterations <= 2)
+
+
 # --------------------------------------------------------------------------
 # Row-sharded inputs (4 forced CPU devices)
 # --------------------------------------------------------------------------
