@@ -451,7 +451,7 @@ def test_refine_stops_at_the_floor(rng):
     assert np.all(np.asarray(berr) <= 4 * np.asarray(floor))
 
 
-@pytest.mark.parametrize("contraction,budget,reaches", [(0.3, 50, True), (0.3, 20, False), (0.8, 50, False)])
+@pytest.mark.parametrize("contraction,budget,reaches", [(0.3, 40, True), (0.3, 20, False), (0.8, 30, False)])
 def test_refine_gives_up_at_once_when_its_rate_cannot_reach_the_bound(rng, contraction, budget, reaches):
     """Classic refinement whose error shrinks by `contraction` each step
     (precondition = (1 - contraction) A^{-1}) needs about

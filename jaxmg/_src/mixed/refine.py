@@ -28,9 +28,11 @@ the bound, or is still improving when the budget of low-precision solves
 runs out (unless already below `floor`), fails and goes to the caller's
 float64 fallback; so does, at once, a column whose last step forecasts (at
 that step's rate) more solves to the bound than the budget has left. The
-budget, 50 solves, is what GMRES-IR from an FP16 Cholesky took at condition
-1e6 (N=32768, on one H200: 3 classic steps, cycles of 17 and about 17):
-fewer than the float64 factorisation's cost, counted in solves, at that N.
+budget, 30 solves: on one H200 the float64 fallback costs about as much as
+22 GMRES-IR solves at N=16384 and 41 at N=32768, so solves spent beyond it
+on a column that may still fail rarely pay (with 50, the SPD solve at cond
+1e6 converged at N=16384 in 121 ms against 141, but fell back at N=32768
+after 722 ms against 625).
 """
 
 from __future__ import annotations
@@ -57,12 +59,12 @@ class Options:
     stops when it has reduced the correction's residual by this factor."""
 
     method: str = "auto"
-    max_iterations: int = 50
+    max_iterations: int = 30
     restart: int = 20
     inner_tolerance: float = 1e-4
 
 
-def options(method="auto", max_iterations=50, restart=20, inner_tolerance=1e-4) -> Options:
+def options(method="auto", max_iterations=30, restart=20, inner_tolerance=1e-4) -> Options:
     if method not in METHODS:
         raise ValueError(f"method={method!r} is not a refinement method; use one of {METHODS}")
     for name, value, low in (("max_iterations", max_iterations, 0), ("restart", restart, 1)):
