@@ -174,10 +174,17 @@ def test_single_precision_matrix_is_refused_with_the_fix(rng):
     with pytest.raises(TypeError, match=r"takes float64 or complex128.*float32.*precision='highest'"):
         jaxmg.solve(a, np.ones(N, np.float32), assume_a="pos", precision="mixed")
     f64 = jaxmg.cho_factor(spd(rng), precision="mixed")
-    with pytest.raises(TypeError, match=r"b has dtype float32 but the factor float64"):
+    with pytest.raises(TypeError, match=r"b has dtype float32 but the factor has float64; cast with b.astype"):
         jaxmg.cho_solve(f64, np.ones(N, np.float32))
-    with pytest.raises(TypeError, match=r"lu_solve takes lu_factor's factor"):
+    with pytest.raises(TypeError, match=r"lu_solve takes lu_factor's factor; this one is "
+                                         r"cho_factor's \(solve with jaxmg.cho_solve\)"):
         jaxmg.lu_solve(f64, np.ones(N))
+    lu_f = jaxmg.lu_factor(spd(rng), precision="mixed")
+    with pytest.raises(TypeError, match=r"cho_solve takes cho_factor's factor; this one is "
+                                         r"lu_factor's \(solve with jaxmg.lu_solve\)"):
+        jaxmg.cho_solve(lu_f, np.ones(N))
+    with pytest.raises(TypeError, match=r"b has dtype float32 but a has float64; cast with b.astype\(a.dtype\)"):
+        jaxmg.solve(spd(rng), np.ones(N, np.float32), assume_a="pos", precision="mixed")
 
 
 @pytest.mark.parametrize("cond", [1e4, 1e8, 1e12])

@@ -484,6 +484,21 @@ def sharded(x, axis_type):
     return jax.device_put(jnp.asarray(x), NamedSharding(m, P("x", None))), m
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+@pytest.mark.parametrize("on_mesh", [False, True])
+def test_transposed_product_is_a_transpose_not_an_adjoint(rng, dtype, on_mesh):
+    a = rng.standard_normal((N, N)) + (1j * rng.standard_normal((N, N)) if dtype == np.complex128 else 0)
+    x = rng.standard_normal((N, 2)) + (1j * rng.standard_normal((N, 2)) if dtype == np.complex128 else 0)
+    if on_mesh:
+        a_in, _ = sharded(a, AxisType.Explicit)
+        rows = placement.resolve(a_in)
+        assert rows.sharded
+        got = placement.call(rows, rows.transposed_product, P(), a_in, jnp.asarray(x))
+    else:
+        got = placement.Rows().transposed_product(jnp.asarray(a), jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(got), a.T @ x, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("axis_type,kind", [(AxisType.Explicit, "spd"), (AxisType.Explicit, "general"),
                                             (AxisType.Auto, "spd")])
 def test_sharded_factors_match_and_stay_sharded(rng, axis_type, kind):

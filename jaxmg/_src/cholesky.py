@@ -193,10 +193,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     del overwrite_b, check_finite
     f = c_and_lower
     if isinstance(f, mixed_api.MixedFactor):
-        if f.kind != "spd":
-            raise TypeError("jaxmg.cho_solve takes cho_factor's factor; this one is lu_factor's "
-                            "(solve with jaxmg.lu_solve)")
-        return mixed_api.solve_with(f, b)[0]
+        return mixed_api.solve_with(f, b, kind="spd")[0]
     if isinstance(f, CholeskyFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.factor.dtype, other="the factor")

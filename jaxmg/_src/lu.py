@@ -108,10 +108,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     f = lu_and_piv
     check_trans(trans)
     if isinstance(f, mixed_api.MixedFactor):
-        if f.kind != "general":
-            raise TypeError("jaxmg.lu_solve takes lu_factor's factor; this one is cho_factor's "
-                            "(solve with jaxmg.cho_solve)")
-        return mixed_api.solve_with(f, b, int(trans))[0]
+        return mixed_api.solve_with(f, b, int(trans), kind="general")[0]
     if isinstance(f, LUFactor):
         b = operators.as_rhs(b, f.layout.n)
         arguments.check_same_dtype(b, f.lu.dtype, other="the factor")

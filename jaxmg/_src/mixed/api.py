@@ -235,26 +235,31 @@ def _factor_and_solve(a, b, *, kind, triangle, rows, route="blocked", settings=I
     return irs.solve(a, b, settings, blocked) if route == "irs" else blocked(a, b)
 
 
-def solve_with(f: MixedFactor, b, trans: int = 0):
+_CALLS = {"spd": ("cho_solve", "cho_factor"), "general": ("lu_solve", "lu_factor")}
+
+
+def solve_with(f: MixedFactor, b, trans: int = 0, *, kind: str):
     """op(A) x = b (trans 0: A, 1: A^T, 2: A^H, checked by the caller) with a
     MixedFactor, refined against A; differentiable with respect to A and b.
+    kind: the factor the calling solve takes ("spd": cho_solve, "general":
+    lu_solve); the other kind is refused, naming the solve it belongs to.
     Where the float64 fallback fails too, acts on it as f.on_failure says."""
-    b, b2 = _rhs(b, f.a, f.rows)
+    if f.kind != kind:
+        (call, maker), (other_call, other_maker) = _CALLS[kind], _CALLS[f.kind]
+        raise TypeError(f"jaxmg.{call} takes {maker}'s factor; this one is {other_maker}'s "
+                        f"(solve with jaxmg.{other_call})")
+    b, b2 = _rhs(b, f.a, f.rows, other="the factor")
     x, record = _solve(f, b2, trans=trans)
     return _result(b, x, record, f.kind, f.on_failure)
 
 
-def _rhs(b, a, rows: placement.Rows):
+def _rhs(b, a, rows: placement.Rows, other: str = "a"):
     """b checked against a, and as the (N, K) matrix the solves take, placed."""
     b = arguments.as_array(b, "b")
     n = a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
-    if b.dtype != a.dtype:
-        raise TypeError(
-            f"jaxmg: b has dtype {jnp.dtype(b.dtype).name} but the factor {jnp.dtype(a.dtype).name}; "
-            "cast b to the factor's dtype"
-        )
+    arguments.check_same_dtype(b, a.dtype, other=other)
     return b, _placed(b.reshape(n, -1), rows, _mesh_of(a), P())
 
 
@@ -305,8 +310,4 @@ def _product(a, rows: placement.Rows, x):
 
 
 def _transposed_product(a, rows: placement.Rows, x):
-    """A^T x, formed where A's rows live: conj(A^H conj(x))."""
-    conj = jnp.iscomplexobj(a)
-    x = jnp.conj(x) if conj else x
-    y = placement.call(rows, functools.partial(rows.row_product, adjoint_x=True), P(), a, x)
-    return jnp.conj(y) if conj else y
+    return placement.call(rows, rows.transposed_product, P(), a, x)

@@ -154,12 +154,8 @@ def _refined(a, b, settings: Settings, transpose: bool, norms):
     x = x_t.T * scale  # (s M) y = b: x = s y
     info = jnp.where((info == 0) & ~jnp.all(jnp.isfinite(x)), n + 1, info).astype(jnp.int32)
     x = jnp.where(info == 0, x, jnp.nan)
-    if not transpose:
-        product = placement.dot(a, x)
-    elif jnp.iscomplexobj(a):  # a^T x = conj(a^H conj(x))
-        product = jnp.conj(placement.dot(a, jnp.conj(x), adjoint_x=True))
-    else:
-        product = placement.dot(a, x, adjoint_x=True)
+    one = placement.Rows()
+    product = one.transposed_product(a, x) if transpose else one.row_product(a, x)
     berr = rf.backward_error(b - product, x, b, anorm)
     capped = count == -settings.max_iterations
     iterations = jnp.where(count > 0, count, jnp.where(capped, settings.max_iterations, 0))

@@ -57,6 +57,13 @@ class Rows:
         out = dot(self.rows(x), y, adjoint_x=adjoint_x)
         return self.whole(out if adjoint_x else self.rows(out))
 
+    def transposed_product(self, x, y):
+        """x^T @ y as row_product forms it: conj(x^H conj(y)) (no transposed
+        copy of x)."""
+        if not jnp.iscomplexobj(x):
+            return self.row_product(x, y, adjoint_x=True)
+        return jnp.conj(self.row_product(x, jnp.conj(y), adjoint_x=True))
+
     def map_rows(self, fn, x, *others):
         """fn(x, *others) computed on each device's rows of x (`others`
         replicated): for the operations XLA would otherwise compute on a
