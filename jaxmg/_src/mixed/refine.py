@@ -203,7 +203,7 @@ def _out_of_reach(berr, gain, used, tol, left):
     accuracy: the column is then solved in float64."""
     improving = (gain > 0) & (gain < 1) & (berr > tol) & (tol > 0)
     safe_gain = jnp.where(improving, gain, 0.5)
-    safe_ratio = jnp.where(improving, tol / jnp.where(berr > 0, berr, 1), 0.5)
+    safe_ratio = jnp.where(improving, tol / berr, 0.5)  # improving: berr > tol > 0
     needed = used * jnp.log(safe_ratio) / jnp.log(safe_gain)
     return improving & (needed > left)
 
