@@ -5,7 +5,7 @@ beside JAX native float64 (lu_factor + lu_solve), on the benchmark's U S V^T
 matrices of prescribed condition number (tools/bench/matrices.py).
 
     PYTHONPATH=. python tools/irs_probe.py [--sizes 32768 16384] [--conds 10 1e4 1e6]
-        [--budget 400]
+        [--budget 400] [--irs fp16:classical_gmres]
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, iterations, fallback, backward error) and writes them all to
@@ -32,7 +32,12 @@ from tools.bench import matrices  # noqa: E402
 START = time.monotonic()
 
 
-def variants(full: bool):
+def variants(full: bool, chosen=None):
+    if chosen:
+        for pair in chosen:
+            low, ref = pair.split(":")
+            yield f"irs {low} {ref}", irs.Settings(lowest=low, refiner=ref)
+        return
     lowest = ("fp16", "tf32", "bf16") if full else ("fp16",)
     refiners = ("classical", "gmres", "classical_gmres") if full else ("classical", "gmres")
     for low in lowest:
@@ -63,6 +68,9 @@ def main():
     p.add_argument("--rhs", type=int, default=1, help="right-hand sides (GMRES takes one)")
     p.add_argument("--budget", type=float, default=400)
     p.add_argument("--no-blocked", action="store_true", help="leave out the blocked LU")
+    p.add_argument("--irs", nargs="+", metavar="LOWEST:REFINER",
+                   help="only these IRS settings (e.g. fp16:classical_gmres), at every cond; "
+                        "default: all of them at the first cond, FP16 classic and GMRES at the rest")
     args = p.parse_args()
     if not irs.available():
         raise SystemExit("irs_probe: cuSOLVER's IRS needs a CUDA GPU and jaxmg's library")
@@ -79,7 +87,7 @@ def main():
             if not args.no_blocked and ci == 0:
                 routes.append(("blocked bf16x3 LU", jax.jit(lambda a, b: api._factor_and_solve(
                     a, b, kind="general", triangle=None, rows=rows, route="blocked"))))
-            for name, s in variants(full=ci == 0):
+            for name, s in variants(full=ci == 0, chosen=args.irs):
                 routes.append((name, jax.jit(lambda a, b, s=s: irs.refined(a, b, s))))
             for name, fn in routes:
                 if time.monotonic() - START > args.budget:
