@@ -116,7 +116,7 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
         l11 = lu_p[:w]
         linv = blk.inverse_lower(l11, unit_diagonal=True)
         lower_inverses.append(linv)
-        upper_inverses.append(blk.inverse_upper(jnp.triu(l11)))
+        upper_inverses.append(blk.inverse_upper(l11))  # reads U, the upper triangle
         cols[j] = _set_rows(cols[j], lu_p, o, rows, r)
 
         touched = o + jnp.concatenate([jnp.arange(w, dtype=piv_p.dtype), piv_p])
