@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 import jax
 import jax.numpy as jnp
@@ -30,17 +29,13 @@ jax.config.update("jax_enable_x64", True)
 import jaxmg  # noqa: E402
 from jaxmg._src.mixed import blocks  # noqa: E402
 from tools.bench import matrices  # noqa: E402
+from tools.bench.timing import timed  # noqa: E402
 
 
 def median_ms(fn, args, repeats):
     for _ in range(2):
-        jax.block_until_ready(fn(*args))
-    seconds = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        seconds.append(time.perf_counter() - t)
-    return 1e3 * statistics.median(seconds)
+        timed(fn, *args)
+    return 1e3 * statistics.median(timed(fn, *args)[1] for _ in range(repeats))
 
 
 def main():
@@ -82,9 +77,7 @@ def main():
             jax.clear_caches()
             fn = jax.jit(lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed",
                                                   return_info=True))
-            t = time.perf_counter()
-            _, info = jax.block_until_ready(fn(a, b))
-            first = time.perf_counter() - t
+            (_, info), first = timed(fn, a, b)
             record(n=n, cond=args.cond, route="mixed", leaf=leaf if leaf < n else "triangular solve",
                    ms=median_ms(fn, (a, b), args.repeats), first_call_s=first,
                    iterations=int(info.iterations), fallback=bool(info.fallback),

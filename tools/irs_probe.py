@@ -32,10 +32,18 @@ from tools.bench import matrices  # noqa: E402
 START = time.monotonic()
 
 
+def setting(text: str) -> tuple[str, str]:
+    """--irs's LOWEST:REFINER, checked against irs.LOWEST and irs.REFINERS."""
+    low, _, ref = text.partition(":")
+    if low not in irs.LOWEST or ref not in irs.REFINERS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not LOWEST:REFINER with LOWEST in {irs.LOWEST} and REFINER in {irs.REFINERS}")
+    return low, ref
+
+
 def variants(full: bool, chosen=None):
     if chosen:
-        for pair in chosen:
-            low, ref = pair.split(":")
+        for low, ref in chosen:
             yield f"irs {low} {ref}", irs.Settings(lowest=low, refiner=ref)
         return
     lowest = ("fp16", "tf32", "bf16") if full else ("fp16",)
@@ -68,7 +76,7 @@ def main():
     p.add_argument("--rhs", type=int, default=1, help="right-hand sides (GMRES takes one)")
     p.add_argument("--budget", type=float, default=400)
     p.add_argument("--no-blocked", action="store_true", help="leave out the blocked LU")
-    p.add_argument("--irs", nargs="+", metavar="LOWEST:REFINER",
+    p.add_argument("--irs", nargs="+", type=setting, metavar="LOWEST:REFINER",
                    help="only these IRS settings (e.g. fp16:classical_gmres), at every cond; "
                         "default: all of them at the first cond, FP16 classic and GMRES at the rest")
     args = p.parse_args()
