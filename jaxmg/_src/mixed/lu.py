@@ -119,11 +119,9 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
         upper_inverses.append(blk.inverse_upper(l11))  # reads U, the upper triangle
         cols[j] = _set_rows(cols[j], lu_p, o, rows, r)
 
-        touched = o + jnp.concatenate([jnp.arange(w, dtype=piv_p.dtype), piv_p])
-        source = o + perm_p[touched - o]
         for k in range(len(parts)):
             if k != j:
-                cols[k] = rows.rows(cols[k].at[touched].set(cols[k][source]))
+                cols[k] = _interchange(cols[k], o, piv_p, perm_p, rows)
 
         rest = list(enumerate(parts[j + 1 :], start=j + 1))
         if not rest:
@@ -153,6 +151,21 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
     permutation = lax.linalg.lu_pivots_to_permutation(pivots, n)
     f = LUFactor(tuple(cols), tuple(lower_inverses), tuple(upper_inverses), pivots, permutation, scale, rows)
     return f, info
+
+
+def _interchange(col, o: int, piv, perm, rows: placement.Rows):
+    """col with the panel's row interchanges applied to its rows o..
+
+    Unsharded, rows o.. are gathered whole in their new order: scattering
+    only the 2 nb touched rows, whose indices may repeat, is a scatter XLA
+    cannot prove unique and runs serially; on one H200 the N=32768 factor
+    took 456 ms with it and 377 ms with the gather.
+    Row-sharded, only the touched rows move, so no shard gathers all."""
+    if not rows.sharded:
+        return lax.dynamic_update_slice_in_dim(col, col[o:].at[perm].get(mode="promise_in_bounds"), o, 0)
+    touched = o + jnp.concatenate([jnp.arange(piv.shape[0], dtype=piv.dtype), piv])
+    source = o + perm[touched - o]
+    return rows.rows(col.at[touched].set(col[source]))
 
 
 def _set_rows(col, values, o: int, rows: placement.Rows, r):
