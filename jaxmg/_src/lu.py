@@ -81,14 +81,19 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     """LU factorisation with partial pivoting, kept sharded in the engine's
     layout for :func:`lu_solve` and :func:`slogdet`; it unpacks as
     jax.scipy's ``(lu, piv)``. precision="mixed": a MixedFactor (BF16
-    tensor-core LU and a) that lu_solve refines against a. Arguments as for
-    :func:`jaxmg.cho_factor`."""
+    tensor-core LU and a) that lu_solve refines against a. Arguments (and
+    leading batch dimensions) as for :func:`jaxmg.cho_factor`."""
     del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
+    a = arguments.inexact(a, "a")
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
         return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
     donate = arguments.check_flag(donate, "donate")
+    if batching.batched(a):
+        fn = functools.partial(lu_factor, tile_size=tile_size, mesh=mesh, spec=spec,
+                               backend=backend, on_failure=on_failure)
+        return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
     f = factorise(a, layout, donate=donate)
     failures.report(f.info, on_failure, failures.SINGULAR)
@@ -110,8 +115,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     if isinstance(f, mixed_api.MixedFactor):
         return mixed_api.solve_with(f, b, int(trans), kind="general")[0]
     if isinstance(f, LUFactor):
+        b = arguments.rhs_like(b, f.lu.dtype)
+        if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
+            nd = f.lu.ndim - 2
+            vector = batching.vector_rhs(b, nd + 2, f.layout.n)
+            fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
+            return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
-        arguments.check_same_dtype(b, f.lu.dtype, other="the factor")
         return _lu_solve(f, b, trans=int(trans),
                          b_sharded=operators.is_row_sharded(b, f.layout.placement))
     if not isinstance(f, (tuple, list)) or len(f) != 2:
@@ -119,11 +129,12 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
             "jaxmg.lu_solve takes the LUFactor that jaxmg.lu_factor returns, or a pair "
             f"(lu, piv) as jax.scipy.linalg.lu_factor returns; got {type(f).__name__}"
         )
-    lu_, piv = (arguments.as_array(x, name) for x, name in zip(f, ("lu", "piv")))
-    b = arguments.as_array(b, "b")
+    lu_, b = arguments.promote((f[0], "lu"), (b, "b"))
+    piv = arguments.as_array(f[1], "piv")
     if lu_.ndim > 2 or b.ndim > 2:
         fn = lambda lu_, piv, b: lu_solve((lu_, piv), b, trans)  # noqa: E731
-        return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if b.ndim == 1 else 2))
+        vector = batching.vector_rhs(b, lu_.ndim, lu_.shape[-1])
+        return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if vector else 2))
     arguments.check_rank2(lu_, "lu")
     b = operators.as_rhs(b, lu_.shape[0])
     arguments.check_same_dtype(b, lu_.dtype, other="lu")
