@@ -232,22 +232,60 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
                                        unit_diagonal=False)
 
 
+class _FalseByDefault(int):
+    """cholesky's default lower: equal to False, as scipy's, yet told apart
+    from a lower=False the caller gave (a jnp-style call gives none)."""
+
+    def __repr__(self):
+        return "False"
+
+
+_LOWER_NOT_GIVEN = _FalseByDefault(0)
+
+
 @returns_ready_on_cpus
-def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None,
-             spec=None, backend="auto"):
+def cholesky(a, lower=_LOWER_NOT_GIVEN, overwrite_a=False, check_finite=True, *, upper=None,
+             symmetrize_input=None, tile_size=None, mesh=None, spec=None, backend="auto"):
     """The Cholesky factor of a symmetric/Hermitian positive-definite matrix,
-    like jax.scipy.linalg.cholesky: U with a = U^H U (``lower=False``), or L
-    with a = L L^H, zeros in the other triangle, rows sharded like a; NaN
-    where a is not positive definite. Differentiable; a may have leading
-    batch dimensions."""
+    like jax.scipy.linalg.cholesky: U with a = U^H U (``lower=False``, the
+    default), or L with a = L L^H, zeros in the other triangle, rows sharded
+    like a; NaN where a is not positive definite. Differentiable; a may have
+    leading batch dimensions.
+
+    jnp.linalg.cholesky's keywords work too: ``upper`` (the opposite of
+    `lower`; giving both, they must agree) and ``symmetrize_input`` (factor
+    (a + a^H) / 2, so both triangles count). A call with either of them and
+    no `lower` is read as jnp's: lower by default (upper=False),
+    symmetrize_input=True, and without symmetrizing the lower triangle read
+    (upper=True gives L^H); otherwise scipy's: upper, the `lower` triangle
+    read."""
     del overwrite_a, check_finite
-    lower = arguments.check_flag(lower, "lower")
-    a = arguments.as_array(a, "a")
+    lower = None if lower is _LOWER_NOT_GIVEN else lower
+    numpy_style = lower is None and (upper is not None or symmetrize_input is not None)
+    if upper is not None:
+        upper = arguments.check_flag(upper, "upper")
+        if lower is not None and arguments.check_flag(lower, "lower") == upper:
+            raise ValueError(
+                f"jaxmg: cholesky got lower={lower} and upper={upper}; pass one of them "
+                "(upper is jnp.linalg's name, lower jax.scipy.linalg's)"
+            )
+        lower = not upper
+    lower = numpy_style if lower is None else arguments.check_flag(lower, "lower")
+    if symmetrize_input is None:
+        symmetrize_input = numpy_style
+    symmetrize_input = arguments.check_flag(symmetrize_input, "symmetrize_input")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
-        fn = functools.partial(cholesky, lower=lower, tile_size=tile_size, mesh=mesh, spec=spec,
-                               backend=backend)
+        side = dict(upper=not lower) if numpy_style else dict(lower=lower)
+        fn = functools.partial(cholesky, symmetrize_input=symmetrize_input, tile_size=tile_size,
+                               mesh=mesh, spec=spec, backend=backend, **side)
         return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cholesky")
+    if symmetrize_input and layout.n:
+        a = (a + upper_read(a, True, layout)) / 2
+    if numpy_style and not lower:  # jnp reads the lower triangle, then gives L^H
+        return upper_read(_cholesky_matrix(upper_read(a, True, layout), layout=layout,
+                                           lower=True), True, layout)
     return _cholesky_matrix(upper_read(a, lower, layout), layout=layout, lower=lower)
 
 
