@@ -406,27 +406,32 @@ def _det_core(layout, a):
 
 @_det_core.defjvp
 def _det_jvp(layout, primals, tangents):
-    # d det A = tr(adj(A) dA), adj(A) = det(A) A^-1 where A is invertible; at
-    # a singular A JAX's own rule (cofactors from its LU) on the whole matrix
-    # keeps it finite.
+    # d det A = sum(M * dA) with M = adj(A)^T, which is det(A) A^-T where A is
+    # invertible; at a singular A, JAX's own rule (cofactors from its LU) on
+    # the whole matrix keeps it finite.
     (a,), (da,) = primals, tangents
     y, info = _det_core(layout, a)
     placement = layout.placement
 
     whole = lambda x: sharding.constrain(x, placement, P())  # noqa: E731
 
-    def invertible(a, da):
+    def invertible(a):
         # A^-T through the differentiable solve, so second derivatives hold too.
         eye, sharded = operators.eye(layout, a.dtype)
         inverse_t = _lu_solve_core(factorise(a, layout), eye, 1, sharded)
-        return whole(y * jnp.sum(inverse_t * da))
+        return whole(y * inverse_t)
 
-    def singular(a, da):
-        return whole(jax.jvp(jnp.linalg.det, (whole(a),), (whole(da),))[1].astype(y.dtype))
+    def singular(a):
+        grad = jax.grad(jnp.linalg.det, holomorphic=jnp.iscomplexobj(a))
+        return whole(grad(whole(a)).astype(a.dtype))
 
-    # Replicated operands: under vmap the branches become a select over them,
-    # which explicit sharding wants alike on every side.
-    dy = jax.lax.cond(whole(info == 0), invertible, singular, whole(a), whole(da))
+    # M depends on A alone: the branch taken never meets a tangent, so the
+    # linear part below is one product (a tangent inside a cond that vmap
+    # turns into a select does not transpose in JAX 0.10). Replicated
+    # operands: under vmap the branches become a select over them, which
+    # explicit sharding wants alike on every side.
+    m = jax.lax.cond(whole(info == 0), invertible, singular, whole(a))
+    dy = jnp.sum(m * whole(da))
     return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 
