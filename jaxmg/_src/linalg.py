@@ -112,11 +112,18 @@ def _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure, r
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
             method=None):
     """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky.
-    a may have leading batch dimensions. method: None or "lu" (jnp's names)."""
+    a may have leading batch dimensions. method: None, "lu" or "qr" (jnp's
+    names; jaxmg computes both from its distributed LU factorisation, the
+    same quantities to rounding; "qr" takes real matrices only, as jnp's)."""
     _check_assume_a(assume_a)
-    if method not in (None, "lu"):
-        raise ValueError(f"jaxmg: slogdet takes method=None or 'lu', got {method!r}")
-    a = arguments.as_array(a, "a")
+    if method not in (None, "lu", "qr"):
+        raise ValueError(f"jaxmg: slogdet takes method=None, 'lu' or 'qr', got {method!r}")
+    a = arguments.inexact(a, "a")
+    if method == "qr" and jnp.iscomplexobj(a):
+        raise NotImplementedError(
+            "jaxmg: slogdet(method='qr') takes real matrices only (as jnp.linalg.slogdet); "
+            "use method='lu' for complex ones"
+        )
     if batching.batched(a):
         fn = functools.partial(slogdet, assume_a=assume_a, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend)
