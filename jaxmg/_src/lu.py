@@ -148,19 +148,32 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
     """(p, l, u) with a = p @ l @ u, like jax.scipy.linalg.lu (permute_l:
     (p @ l, u)); l has a unit diagonal, u is upper triangular, all (N, N)
     with rows sharded like a. Differentiable; a may have leading batch
-    dimensions."""
+    dimensions. A rectangular (M, N) a gives p (M, M), l (M, K), u (K, N),
+    K = min(M, N), from JAX's LU of the whole matrix on one device (jaxmg's
+    distributed engines factor square matrices)."""
     del overwrite_a, check_finite
     permute_l = arguments.check_flag(permute_l, "permute_l")
-    a = arguments.as_array(a, "a")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
         fn = functools.partial(lu, permute_l=permute_l, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
+    if a.ndim == 2 and a.shape[0] != a.shape[1]:
+        arguments.check_dtype(a, "a")
+        placement = resolve_placement(a, mesh, spec, "a")
+        if placement.manual:
+            raise ValueError("jaxmg.lu takes the global (sharded) matrix, not a shard_map block")
+        return _rectangular_lu(a, placement=placement, permute_l=permute_l)
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu")
     p, l_, u = _plu(a, layout=layout)
     if permute_l:
         return sharding.matmul(p, l_, layout.placement, layout.row_spec), u
     return p, l_, u
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "permute_l"))
+def _rectangular_lu(a, *, placement, permute_l):
+    return jax.scipy.linalg.lu(sharding.constrain(a, placement, P()), permute_l=permute_l)
 
 
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
