@@ -13,10 +13,8 @@ from jaxmg._src import config
 def check_rank2(a, name: str = "a") -> None:
     shape = getattr(a, "shape", None)
     if shape is None or len(shape) != 2:
-        raise ValueError(
-            f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}; "
-            "use jax.vmap for batches"
-        )
+        hint = "; use jax.vmap for batches" if shape is not None and len(shape) > 2 else ""
+        raise ValueError(f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}{hint}")
 
 
 def check_dtype(a, name: str = "a") -> np.dtype:
