@@ -134,3 +134,94 @@ def test_batch_result_shapes(rng):
     w, v = api.eigh(h)
     assert w.shape == (2, 1, N) and v.shape == (2, 1, N, N)
     assert jax.tree.leaves(api.inv(a))[0].shape == (2, 1, N, N)
+
+
+# ---- leading batch dimensions of the factorisations, against JAX directly ----
+
+import jaxmg  # noqa: E402
+
+
+def _close(got, want, tol=1e-9):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.shape, got.dtype, want.shape,
+                                                                 want.dtype)
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def _rows2(x):
+    """x with its matrix rows sharded over a 2-device mesh."""
+    return dropin.place(x, ROWS, dropin.mesh(2))
+
+
+def test_lu_factor_and_cho_factor_take_batches(rng):
+    a = np.stack([dropin.general(rng, 4, np.float64) for _ in range(3)])
+    s = np.stack([dropin.spd(rng, 4, np.float64) for _ in range(3)])
+    lu_, piv = jaxmg.lu_factor(_rows2(a))
+    want_lu, want_piv = jsl.lu_factor(a)
+    _close(lu_, want_lu)
+    _close(piv, want_piv)
+    c, lower = jaxmg.cho_factor(_rows2(s), lower=True)
+    assert lower is True
+    _close(np.tril(c), np.tril(jsl.cho_factor(s, lower=True)[0]))
+    # a batched factor solves a shared b and a batch of b
+    b, bs = dropin.random(rng, (4, 2), np.float64), dropin.random(rng, (3, 4), np.float64)
+    _close(jaxmg.lu_solve(jaxmg.lu_factor(a), b), jsl.lu_solve(jsl.lu_factor(a), b))
+    _close(jaxmg.cho_solve(jaxmg.cho_factor(s), bs), jsl.cho_solve(jsl.cho_factor(s), bs))
+
+
+@pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
+def test_qr_takes_batches(rng, mode):
+    a = dropin.random(rng, (2, 3, 5, 3), np.float64)
+    got, want = jaxmg.qr(a, mode=mode), jnp.linalg.qr(a, mode=mode)
+    if mode == "r":
+        _close(np.abs(got), np.abs(want))
+        return
+    q, r = got
+    assert np.shape(q) == want.Q.shape and np.shape(r) == want.R.shape
+    _close(np.abs(r), np.abs(want.R))
+    _close(np.asarray(q) @ np.asarray(r), a)
+
+
+def test_svd_and_polar_take_batches(rng):
+    a = dropin.random(rng, (3, 5, 3), np.float64)
+    _close(jaxmg.svd(a, compute_uv=False), jnp.linalg.svd(a, compute_uv=False))
+    u, s, vh = jaxmg.svd(a, full_matrices=False)
+    assert np.shape(u) == (3, 5, 3) and np.shape(vh) == (3, 3, 3)
+    _close((np.asarray(u) * np.asarray(s)[..., None, :]) @ np.asarray(vh), a)
+    # grad of the singular values through the batch
+    f = lambda x: jnp.sum(jaxmg.svd(x, compute_uv=False))  # noqa: E731
+    g = lambda x: jnp.sum(jnp.linalg.svd(x, compute_uv=False))  # noqa: E731
+    _close(jax.grad(f)(a), jax.grad(g)(a), 1e-8)
+    for side, x in (("right", a), ("left", np.swapaxes(a, -1, -2))):
+        up, p = jaxmg.polar(x, side=side)
+        want_u, want_p = jsl.polar(x, side=side)
+        _close(up, want_u, 1e-8)
+        _close(p, want_p, 1e-8)
+
+
+# (a's shape, b's shape): jax.scipy's rule for triangular, LU and Cholesky
+# solves: b is a vector when it has one dimension, or one fewer than a with
+# N entries last; otherwise a (..., N, K) matrix; batch axes broadcast.
+SOLVE_B_FORMS = [((3, 4, 4), (4,)), ((3, 4, 4), (4, 2)), ((4, 4), (3, 4, 2)), ((3, 4, 4), (3, 4)),
+                 ((1, 4, 4), (3, 4))]
+
+
+@pytest.mark.parametrize("shapes", SOLVE_B_FORMS, ids=str)
+def test_triangular_lu_cho_solves_broadcast_b(rng, shapes):
+    a_shape, b_shape = shapes
+    a = dropin.random(rng, a_shape, np.float64) + 4 * np.eye(4)
+    b = dropin.random(rng, b_shape, np.float64)
+    t = np.tril(a)
+    _close(jaxmg.solve_triangular(t, b, lower=True), jsl.solve_triangular(t, b, lower=True))
+    _close(jaxmg.cho_solve((t, True), b), jsl.cho_solve((t, True), b))
+    f = jsl.lu_factor(a)
+    _close(jaxmg.lu_solve(f, b, 1), jsl.lu_solve(f, b, 1))
+
+
+def test_mismatched_b_is_refused_as_by_jax(rng):
+    a = dropin.random(rng, (2, 3, 4, 4), np.float64) + 4 * np.eye(4)
+    b = dropin.random(rng, (3, 4), np.float64)  # neither a vector per matrix nor (..., 4, K)
+    with pytest.raises(ValueError):
+        jsl.solve_triangular(a, b, lower=True)
+    with pytest.raises(ValueError):
+        jaxmg.solve_triangular(a, b, lower=True)

@@ -211,3 +211,31 @@ def test_errors_name_the_argument(rng):
     c = api.cho_factor(a)
     with pytest.raises(ValueError, match=r"\bb\b"):
         api.cho_solve(c, dropin.place(np.ones((N + 2, 1), dtype), REP, mesh))
+
+
+# ---- jnp.linalg.cholesky's keywords, against JAX directly ----
+
+import jaxmg  # noqa: E402
+
+
+@pytest.mark.parametrize("kw", [dict(upper=True), dict(upper=False), dict(symmetrize_input=True),
+                                dict(symmetrize_input=False), dict(upper=True,
+                                                                   symmetrize_input=False)],
+                         ids=str)
+def test_cholesky_takes_jnp_keywords(rng, kw):
+    """jnp-style calls (upper=, symmetrize_input=) mean what they mean to
+    jnp.linalg.cholesky: lower by default, both triangles averaged unless
+    symmetrize_input=False (then the triangle factored is read alone)."""
+    a = dropin.spd(rng, 6, np.float64)
+    junk = a + np.triu(dropin.random(rng, (6, 6), np.float64), 1)  # not symmetric
+    for x in (a, junk):
+        got = jaxmg.cholesky(dropin.place(x, ROWS, dropin.mesh(2)), **kw)
+        np.testing.assert_allclose(got, jnp.linalg.cholesky(x, **kw), rtol=1e-10, atol=1e-10)
+
+
+def test_cholesky_lower_and_upper_must_agree(rng):
+    a = dropin.spd(rng, 4, np.float64)
+    np.testing.assert_allclose(jaxmg.cholesky(a, lower=True, upper=False), jsl.cholesky(a, True),
+                               rtol=1e-12)
+    with pytest.raises(ValueError, match="lower.*upper"):
+        jaxmg.cholesky(a, lower=True, upper=True)

@@ -110,3 +110,41 @@ def test_errors_name_the_argument():
     mesh = dropin.mesh(2)
     with pytest.raises(ValueError, match=r"\ba\b"):
         api.det(dropin.place(np.ones((N, N // 2)), ROWS, mesh))
+
+
+# ---- against JAX directly: batched derivatives, slogdet's method ----
+
+import jaxmg  # noqa: E402
+
+
+def test_det_grad_through_a_batch_as_jax(rng):
+    """jax.grad of det over leading batch axes, singular elements included
+    (JAX issue 6121's case: 16 matrices of order 1, all ones)."""
+    ones = jnp.ones((16, 1, 1))
+    want = jax.grad(lambda x: jnp.linalg.det(x).sum())(ones)
+    np.testing.assert_allclose(jax.grad(lambda x: jaxmg.det(x).sum())(ones), want, atol=1e-12)
+    a = dropin.random(rng, (3, 3, 3), np.float64)
+    a[0] = 0  # a singular (zero) element beside invertible ones
+    a[1, 2] = a[1, 0]  # and a rank-deficient one
+    got = jax.grad(lambda x: jaxmg.det(x).sum())(a)
+    want = jax.grad(lambda x: jnp.linalg.det(x).sum())(a)
+    np.testing.assert_allclose(got, want, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", [None, "lu", "qr"])
+def test_slogdet_methods_as_jnp(rng, method):
+    a = dropin.random(rng, (2, 5, 5), np.float64)
+    sign, logabsdet = jaxmg.slogdet(a, method=method)
+    want = jnp.linalg.slogdet(a, method=method)
+    np.testing.assert_allclose(sign, want.sign)
+    np.testing.assert_allclose(logabsdet, want.logabsdet, rtol=1e-10)
+
+
+def test_slogdet_qr_refuses_complex_as_jnp(rng):
+    a = dropin.random(rng, (4, 4), np.complex128)
+    with pytest.raises(NotImplementedError):
+        jnp.linalg.slogdet(a, method="qr")
+    with pytest.raises(NotImplementedError, match="method='qr'"):
+        jaxmg.slogdet(a, method="qr")
+    with pytest.raises(ValueError, match="method"):
+        jaxmg.slogdet(a, method="cholesky")

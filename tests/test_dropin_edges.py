@@ -217,3 +217,58 @@ def test_shard_map_tile_is_honoured_or_refused(rng, routine, tile):
     want = np.asarray(outside)
     err = float(np.abs(got.astype(np.float64) - want).max())
     assert err <= 4 * helpers.eps(dtype) * np.abs(want).max(), err
+
+
+# ---- integer inputs, lists, mixed dtypes: as JAX ----
+
+import jaxmg  # noqa: E402
+
+INT_CALLS = {
+    "solve": (lambda x: jaxmg.solve(x, np.array([1, 2])),
+              lambda x: jsl.solve(x, np.array([1, 2]))),
+    "solve_triangular": (lambda x: jaxmg.solve_triangular(x, np.array([1, 2]), lower=True),
+                         lambda x: jsl.solve_triangular(x, np.array([1, 2]), lower=True)),
+    "inv": (jaxmg.inv, jsl.inv),
+    "det": (jaxmg.det, jsl.det),
+    "slogdet": (lambda x: tuple(jaxmg.slogdet(x)), lambda x: tuple(jnp.linalg.slogdet(x))),
+    "cholesky": (jaxmg.cholesky, jsl.cholesky),
+    "lu": (jaxmg.lu, jsl.lu),
+    "lu_factor": (lambda x: tuple(jaxmg.lu_factor(x)), jsl.lu_factor),
+    "eigvalsh": (jaxmg.eigvalsh, jnp.linalg.eigvalsh),
+    "qr_r": (lambda x: jaxmg.qr(x, mode="r"), lambda x: jnp.linalg.qr(x, mode="r")),
+    "svd_s": (lambda x: jaxmg.svd(x, compute_uv=False),
+              lambda x: jnp.linalg.svd(x, compute_uv=False)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("call", list(INT_CALLS))
+def test_integer_and_bool_inputs_are_promoted_as_jax(call, dtype):
+    a = np.array([[4, 1], [1, 3]]).astype(dtype) if dtype != np.bool_ else np.eye(2, dtype=bool)
+    mine, theirs = INT_CALLS[call]
+    got, want = jax.tree.leaves(mine(a)), jax.tree.leaves(theirs(a))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert np.asarray(g).dtype == np.asarray(w).dtype, (call, np.asarray(g).dtype, w.dtype)
+        np.testing.assert_allclose(np.abs(g), np.abs(w), rtol=1e-5, atol=1e-6)
+
+
+def test_lists_are_refused_as_by_jax():
+    a, b = [[4.0, 1.0], [1.0, 3.0]], [1.0, 2.0]
+    with pytest.raises(TypeError):
+        jsl.solve(a, b)
+    for call in (lambda: jaxmg.solve(a, b), lambda: jaxmg.solve(a, b, assume_a="pos"),
+                 lambda: jaxmg.inv(a), lambda: jaxmg.solve_triangular(np.eye(2), b)):
+        with pytest.raises(TypeError, match="list"):
+            call()
+
+
+def test_mixed_float_dtypes_promote_as_jax():
+    a = np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)
+    for b in (np.array([1.0, 2.0]), np.array([1.0, 2.0j]), np.array([1, 2])):
+        for mine, theirs in ((jaxmg.solve, jsl.solve),
+                             (lambda x, y: jaxmg.cho_solve((x, False), y),
+                              lambda x, y: jsl.cho_solve((x, False), y))):
+            got, want = mine(a, b), theirs(a, b)
+            assert np.asarray(got).dtype == want.dtype
+            np.testing.assert_allclose(got, want, rtol=1e-5)

@@ -337,6 +337,35 @@ def test_errors_name_the_argument(rng):
     mesh = dropin.mesh(2)
     a = dropin.place(dropin.general(rng, 8, np.float64, m=M), ROWS, mesh)
     with pytest.raises(ValueError, match=r"\bmode\b"):
-        api.qr(a, mode="full")
+        api.qr(a, mode="economic")  # jnp refuses it ("full" it takes)
     with pytest.raises(ValueError, match=r"\bb\b"):
         api.lstsq(a, dropin.place(np.ones((M + 2, 1)), REP, mesh))
+
+
+# ---- jnp.linalg.qr's other modes, svd's subset_by_index ----
+
+import jaxmg  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", [(5, 3), (3, 5), (0, 2)], ids=str)
+def test_qr_raw_and_full_modes_as_jnp(rng, shape):
+    """mode="raw": LAPACK's Householder form (h is (N, M), tau (K,)); "full":
+    NumPy's old name of "reduced", which jnp still takes."""
+    a = dropin.random(rng, shape, np.float64)
+    h, tau = jaxmg.qr(a, mode="raw")
+    want = jnp.linalg.qr(a, mode="raw")
+    np.testing.assert_allclose(h, want[0], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(tau, want[1], rtol=1e-12, atol=1e-12)
+    q, r = jaxmg.qr(a, mode="full")
+    want_q, want_r = jnp.linalg.qr(a, mode="reduced")
+    assert np.shape(q) == want_q.shape and np.shape(r) == want_r.shape
+    np.testing.assert_allclose(np.abs(r), np.abs(want_r), rtol=1e-10, atol=1e-12)
+
+
+def test_svd_subset_by_index_raises_as_jnp_on_cpu(rng):
+    a = dropin.random(rng, (6, 4), np.float64)
+    for full in (True, False):
+        with pytest.raises(Exception) as want:
+            jnp.linalg.svd(a, full, False, subset_by_index=(0, 2))
+        with pytest.raises(want.type):
+            jaxmg.svd(a, full, False, subset_by_index=(0, 2))

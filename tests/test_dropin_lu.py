@@ -6,6 +6,7 @@ rebuilt by hand and on one the user made with jax.scipy (and the other way
 round); exactly singular and zero matrices as JAX factors them; against
 JAX in every mode on every mesh; errors naming the argument."""
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -160,11 +161,37 @@ def test_errors_name_the_argument(rng):
     mesh, dtype = dropin.mesh(2), np.float64
     with pytest.raises(ValueError, match=r"\ba\b"):
         api.lu_factor(dropin.place(np.ones(N, dtype), ROWS, mesh))
-    with pytest.raises(ValueError, match=r"\ba\b"):
-        api.lu(dropin.place(np.ones((N, N // 2), dtype), ROWS, mesh))
+    with pytest.raises(ValueError, match=r"\ba\b"):  # (an (N, N/2) a is factored, as by JAX)
+        api.lu(dropin.place(np.ones(N, dtype), ROWS, mesh))
     factor = api.lu_factor(dropin.place(dropin.general(rng, N, dtype), ROWS, mesh))
     b = dropin.place(np.ones((N, 1), dtype), REP, mesh)
     with pytest.raises(ValueError, match=r"\btrans\b"):
         api.lu_solve(factor, b, trans=3)
     with pytest.raises(ValueError, match=r"\bb\b"):
         api.lu_solve(factor, dropin.place(np.ones((N + 2, 1), dtype), REP, mesh))
+
+
+# ---- rectangular LU, against JAX directly ----
+
+import jaxmg  # noqa: E402
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (6, 4)], ids=str)
+@pytest.mark.parametrize("permute_l", [False, True])
+def test_lu_of_a_rectangular_matrix_as_jax(rng, shape, permute_l):
+    """jax.scipy.linalg.lu's shapes for an (M, N) a: p (M, M), l (M, K),
+    u (K, N), K = min(M, N) (permute_l: p @ l and u), on one device or with
+    rows sharded; differentiable as JAX's."""
+    a = dropin.random(rng, shape, np.float64)
+    want = jsl.lu(a, permute_l=permute_l)
+    for x in (a, dropin.place(a, ROWS, dropin.mesh(2))):
+        got = jaxmg.lu(x, permute_l=permute_l)
+        assert len(got) == len(want)
+        for g, w in zip(got, want):
+            assert np.shape(g) == w.shape and np.asarray(g).dtype == w.dtype
+            np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)
+    t = dropin.random(rng, shape, np.float64)
+    got_t = jax.jvp(lambda x: jaxmg.lu(x, permute_l=permute_l), (a,), (t,))[1]
+    want_t = jax.jvp(lambda x: jsl.lu(x, permute_l=permute_l), (a,), (t,))[1]
+    for g, w in zip(got_t, want_t):
+        np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9)

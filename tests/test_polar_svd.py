@@ -337,3 +337,22 @@ def test_auto_is_jax_on_cpu(rng):
     a = helpers.random_matrix(rng, 8, np.float64, 4)
     s = jaxmg.svd(helpers.rows(a, m), compute_uv=False)
     np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+
+
+# ---- jax.scipy.linalg.polar's signature ----
+
+
+def test_polar_takes_side_positionally_and_method_svd():
+    """polar(a, side, *, method, eps, max_iterations) as jax.scipy.linalg.polar."""
+    jsl = jax.scipy.linalg
+    a = jnp.asarray(np.random.default_rng(3).standard_normal((3, 5)))
+    for got, want in ((jaxmg.polar(a, "left"), jsl.polar(a, "left")),
+                      (jaxmg.polar(a.T, method="svd"), jsl.polar(a.T, method="svd")),
+                      # (JAX 0.10.2's own polar fails when given eps)
+                      (jaxmg.polar(a.T, "right", method="qdwh", eps=1e-12, max_iterations=20),
+                       jsl.polar(a.T, "right", method="qdwh", max_iterations=20))):
+        for g, w in zip(got, want):
+            assert np.shape(g) == w.shape
+            np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-8)
+    with pytest.raises(ValueError, match="method"):
+        jaxmg.polar(a.T, method="newton")

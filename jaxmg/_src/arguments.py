@@ -13,10 +13,8 @@ from jaxmg._src import config
 def check_rank2(a, name: str = "a") -> None:
     shape = getattr(a, "shape", None)
     if shape is None or len(shape) != 2:
-        raise ValueError(
-            f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}; "
-            "use jax.vmap for batches"
-        )
+        hint = "; use jax.vmap for batches" if shape is not None and len(shape) > 2 else ""
+        raise ValueError(f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}{hint}")
 
 
 def check_dtype(a, name: str = "a") -> np.dtype:
@@ -66,9 +64,15 @@ def check_choice(value, name: str, choices) -> None:
 
 
 def as_array(x, name: str):
-    """x as an array (NumPy inputs and Python scalars become jax.Arrays)."""
+    """x as an array (NumPy inputs and Python scalars become jax.Arrays).
+    Lists and tuples are refused, as jax.numpy.linalg refuses them."""
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return x
+    if isinstance(x, (list, tuple)):
+        raise TypeError(
+            f"jaxmg: {name} must be an array, got a {type(x).__name__} (as in jax.numpy.linalg); "
+            f"convert it first, e.g. jnp.asarray({name})"
+        )
     try:
         return jnp.asarray(x)
     except TypeError as e:
@@ -77,3 +81,43 @@ def as_array(x, name: str):
 
 def is_traced(x) -> bool:
     return isinstance(x, jax.core.Tracer)
+
+
+def _inexact_dtype(dtype) -> np.dtype:
+    """The floating dtype JAX's linear algebra computes an integer or bool
+    input in: float64 for 64-bit integers when jax_enable_x64 is on,
+    float32 otherwise; inexact dtypes stay as they are."""
+    dtype = jnp.dtype(dtype)
+    if jnp.issubdtype(dtype, jnp.inexact):
+        return dtype
+    wide = dtype.itemsize == 8 and jax.config.jax_enable_x64
+    return jnp.dtype(jnp.float64 if wide else jnp.float32)
+
+
+def inexact(x, name: str):
+    """as_array(x), with integer and bool entries cast to a floating dtype
+    as JAX's linear algebra does (jnp.linalg.inv of int32 is float32)."""
+    x = as_array(x, name)
+    dtype = _inexact_dtype(x.dtype)
+    return x if dtype == x.dtype else x.astype(dtype)
+
+
+def promote(*named):
+    """The (array, name) pairs as arrays of one common floating dtype, as
+    jax.scipy.linalg.solve promotes its a and b (float32 with float64:
+    float64; integers with float32: float32)."""
+    arrays = [as_array(x, name) for x, name in named]
+    dtype = _inexact_dtype(jnp.result_type(*(x.dtype for x in arrays)))
+    return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
+
+
+def rhs_like(b, dtype, name: str = "b", other: str = "the factor"):
+    """b for a solve against a factor of `dtype`: integers and narrower
+    floats are cast to it (as JAX promotes); a dtype the factor cannot hold
+    without losing precision is refused, naming both."""
+    b = as_array(b, name)
+    if jnp.dtype(b.dtype) != jnp.dtype(dtype) and \
+            _inexact_dtype(jnp.result_type(b.dtype, dtype)) == jnp.dtype(dtype):
+        return b.astype(dtype)
+    check_same_dtype(b, dtype, name, other)
+    return b

@@ -156,7 +156,9 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     sharded in the engine's layout for :func:`cho_solve` and :func:`cho_logdet`.
 
     a: (N, N), rows sharded ``P(axis, None)``; the triangle that `lower`
-    names is read (the upper one by default, as jax.scipy.linalg).
+    names is read (the upper one by default, as jax.scipy.linalg). Leading
+    batch dimensions (..., N, N) factor one matrix at a time; the factor
+    keeps them, and cho_solve broadcasts b against them as jax.scipy does.
     lower: which factor unpacking the result gives (see CholeskyFactor).
     overwrite_a, check_finite: accepted for compatibility; ignored (donate=
     is jaxmg's way to give up a's buffer).
@@ -168,11 +170,16 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
     lower = arguments.check_flag(lower, "lower")
+    a = arguments.inexact(a, "a")
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
         return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
                                 spec=spec, on_failure=on_failure)
     donate = arguments.check_flag(donate, "donate")
+    if batching.batched(a):
+        fn = functools.partial(cho_factor, lower=lower, tile_size=tile_size, mesh=mesh,
+                               spec=spec, backend=backend, on_failure=on_failure)
+        return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
     f = factorise(upper_read(a, lower, layout), layout, donate=donate)
     failures.report(f.info, on_failure, failures.NOT_SPD)
@@ -195,8 +202,12 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     if isinstance(f, mixed_api.MixedFactor):
         return mixed_api.solve_with(f, b, kind="spd")[0]
     if isinstance(f, CholeskyFactor):
+        b = arguments.rhs_like(b, f.factor.dtype)
+        if f.factor.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
+            nd = f.factor.ndim - 2
+            vector = batching.vector_rhs(b, nd + 2, f.layout.n)
+            return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
-        arguments.check_same_dtype(b, f.factor.dtype, other="the factor")
         return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement))
     if not isinstance(f, (tuple, list)) or len(f) != 2:
         raise TypeError(
@@ -204,12 +215,11 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
             f"(c, lower) as jax.scipy.linalg.cho_factor returns; got {type(f).__name__}"
         )
     c, lower = f
-    c = arguments.as_array(c, "c")
     lower = arguments.check_flag(lower, "lower")
-    b = arguments.as_array(b, "b")
+    c, b = arguments.promote((c, "c"), (b, "b"))
     if c.ndim > 2 or b.ndim > 2:
         fn = lambda c, b: cho_solve((c, lower), b)  # noqa: E731
-        return batching.broadcast_map(fn, (c, b), (2, 1 if b.ndim == c.ndim - 1 else 2))
+        return batching.broadcast_map(fn, (c, b), (2, 1 if batching.vector_rhs(b, c.ndim, c.shape[-1]) else 2))
     arguments.check_rank2(c, "c")
     b = operators.as_rhs(b, c.shape[0])
     arguments.check_same_dtype(b, c.dtype, other="c")
@@ -222,22 +232,60 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
                                        unit_diagonal=False)
 
 
+class _FalseByDefault(int):
+    """cholesky's default lower: equal to False, as scipy's, yet told apart
+    from a lower=False the caller gave (a jnp-style call gives none)."""
+
+    def __repr__(self):
+        return "False"
+
+
+_LOWER_NOT_GIVEN = _FalseByDefault(0)
+
+
 @returns_ready_on_cpus
-def cholesky(a, lower=False, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None,
-             spec=None, backend="auto"):
+def cholesky(a, lower=_LOWER_NOT_GIVEN, overwrite_a=False, check_finite=True, *, upper=None,
+             symmetrize_input=None, tile_size=None, mesh=None, spec=None, backend="auto"):
     """The Cholesky factor of a symmetric/Hermitian positive-definite matrix,
-    like jax.scipy.linalg.cholesky: U with a = U^H U (``lower=False``), or L
-    with a = L L^H, zeros in the other triangle, rows sharded like a; NaN
-    where a is not positive definite. Differentiable; a may have leading
-    batch dimensions."""
+    like jax.scipy.linalg.cholesky: U with a = U^H U (``lower=False``, the
+    default), or L with a = L L^H, zeros in the other triangle, rows sharded
+    like a; NaN where a is not positive definite. Differentiable; a may have
+    leading batch dimensions.
+
+    jnp.linalg.cholesky's keywords work too: ``upper`` (the opposite of
+    `lower`; giving both, they must agree) and ``symmetrize_input`` (factor
+    (a + a^H) / 2, so both triangles count). A call with either of them and
+    no `lower` is read as jnp's: lower by default (upper=False),
+    symmetrize_input=True, and without symmetrizing the lower triangle read
+    (upper=True gives L^H); otherwise scipy's: upper, the `lower` triangle
+    read."""
     del overwrite_a, check_finite
-    lower = arguments.check_flag(lower, "lower")
-    a = arguments.as_array(a, "a")
+    lower = None if lower is _LOWER_NOT_GIVEN else lower
+    numpy_style = lower is None and (upper is not None or symmetrize_input is not None)
+    if upper is not None:
+        upper = arguments.check_flag(upper, "upper")
+        if lower is not None and arguments.check_flag(lower, "lower") == upper:
+            raise ValueError(
+                f"jaxmg: cholesky got lower={lower} and upper={upper}; pass one of them "
+                "(upper is jnp.linalg's name, lower jax.scipy.linalg's)"
+            )
+        lower = not upper
+    lower = numpy_style if lower is None else arguments.check_flag(lower, "lower")
+    if symmetrize_input is None:
+        symmetrize_input = numpy_style
+    symmetrize_input = arguments.check_flag(symmetrize_input, "symmetrize_input")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
-        fn = functools.partial(cholesky, lower=lower, tile_size=tile_size, mesh=mesh, spec=spec,
-                               backend=backend)
+        side = dict(upper=not lower) if numpy_style else dict(lower=lower)
+        fn = functools.partial(cholesky, symmetrize_input=symmetrize_input, tile_size=tile_size,
+                               mesh=mesh, spec=spec, backend=backend, **side)
         return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cholesky")
+    if symmetrize_input and layout.n:
+        a = (a + upper_read(a, True, layout)) / 2
+    if numpy_style and not lower:  # jnp reads the lower triangle, then gives L^H
+        return upper_read(_cholesky_matrix(upper_read(a, True, layout), layout=layout,
+                                           lower=True), True, layout)
     return _cholesky_matrix(upper_read(a, lower, layout), layout=layout, lower=lower)
 
 

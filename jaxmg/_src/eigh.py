@@ -114,7 +114,7 @@ def _eigen(a, vectors, uplo, symmetrize_input, tile_size, mesh, spec, backend, o
     if uplo not in UPLOS:
         raise ValueError(f"jaxmg: UPLO must be 'L' or 'U', got {uplo!r}")
     symmetrize_input = arguments.check_flag(symmetrize_input, "symmetrize_input")
-    a = arguments.as_array(a, "a")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
         fn = lambda x: _eigen(x, vectors, uplo, symmetrize_input, tile_size, mesh, spec,  # noqa: E731
                               backend, on_failure)

@@ -17,13 +17,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, dispatch, sharding
+from jaxmg._src import arguments, batching, dispatch, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import mp, native
 from jaxmg._src.placement import resolve_placement
 from jaxmg._src.sharding import adjoint, matmul_highest
 
-QR_MODES = ("reduced", "complete", "r")
+# jnp.linalg.qr's modes; "full" is NumPy's old name of "reduced", as in jnp.
+QR_MODES = ("reduced", "complete", "r", "raw", "full")
 
 
 class QRResult(typing.NamedTuple):
@@ -32,7 +33,7 @@ class QRResult(typing.NamedTuple):
 
 
 def _matrix(a, name="a"):
-    a = arguments.as_array(a, name)
+    a = arguments.inexact(a, name)
     arguments.check_rank2(a, name)
     return a, arguments.check_dtype(a, name)
 
@@ -57,11 +58,11 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend=
     Returns:
       (x, residuals, rank, s) as jnp.linalg.lstsq: x (N,) or (N, K), replicated.
     """
+    a, b = arguments.promote((a, "a"), (b, "b"))
     a, dtype = _matrix(a)
     numpy_resid = arguments.check_flag(numpy_resid, "numpy_resid")
     return_info = arguments.check_flag(return_info, "return_info")
     placement = resolve_placement(a, mesh, spec, "a")
-    b = arguments.as_array(b, "b")
     if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
         raise ValueError(
             f"jaxmg: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a's rows, "
@@ -178,21 +179,36 @@ def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto", return_info=F
     """QR decomposition ``a = q @ r``, like ``jnp.linalg.qr``.
 
     Args:
-      a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``.
+      a: (..., M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
+        leading batch dimensions run one matrix at a time.
       mode: "reduced" (q: (M, K), r: (K, N), K = min(M, N)), "complete"
-        (q: (M, M); on the mp engine only for M <= N) or "r" (r alone).
+        (q: (M, M); on the mp engine only for M <= N), "r" (r alone), "raw"
+        (LAPACK's Householder form, QRResult(h (N, M), tau (K,)), as
+        jnp.linalg.qr; JAX's solver on the whole matrix) or "full" (NumPy's
+        old name of "reduced").
       mesh, spec, backend, return_info: as for :func:`jaxmg.lstsq`.
 
     Returns:
       QRResult(Q, R) (or R for mode "r"), q rows sharded like a, r replicated;
       and info last if ``return_info``. Derivatives on the "jax" backend.
     """
-    a, _ = _matrix(a)
     arguments.check_choice(mode, "mode", QR_MODES)
     return_info = arguments.check_flag(return_info, "return_info")
+    a = arguments.inexact(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(qr, mode=mode, mesh=mesh, spec=spec, backend=backend,
+                               return_info=return_info)
+        return batching.broadcast_map(fn, (a,), (2,))
+    a, _ = _matrix(a)
+    mode = "reduced" if mode == "full" else mode
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "qr")
     m, n = a.shape
+    if mode == "raw":
+        if engine is mp.ENGINE and backend == "mp":
+            raise ValueError("jaxmg: qr(mode='raw') runs JAX's solver; use backend='auto' or 'jax'")
+        h, tau = _qr_raw(a, placement=placement)
+        return (h, tau, jnp.int32(0)) if return_info else QRResult(h, tau)
     if mode == "complete" and m > n and engine is mp.ENGINE:
         if backend == "mp":
             raise ValueError(
@@ -204,6 +220,12 @@ def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto", return_info=F
     if mode == "r":
         return (r, info) if return_info else r
     return (q, r, info) if return_info else QRResult(q, r)
+
+
+@functools.partial(jax.jit, static_argnames=("placement",))
+def _qr_raw(a, *, placement):
+    h, tau = jnp.linalg.qr(sharding.constrain(a, placement, P()), mode="raw")
+    return h, tau
 
 
 @functools.partial(jax.jit, static_argnames=("placement", "engine", "complete"))

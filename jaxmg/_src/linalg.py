@@ -52,6 +52,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     return_info = arguments.check_flag(return_info, "return_info")
     mixed = mixed_api.check_precision(precision)
     tile = arguments.check_tile(tile_size)
+    a, b = arguments.promote((a, "a"), (b, "b"))
     key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower,
                     return_info, mixed)
     plan = plans.find(key)
@@ -60,7 +61,6 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     _check_assume_a(assume_a)
     failures.check_on_failure(on_failure)
     lower = arguments.check_flag(lower, "lower")
-    a, b = arguments.as_array(a, "a"), arguments.as_array(b, "b")
     pos = assume_a == "pos"
     if a.ndim > 2 or b.ndim > 2:
         return _batched(functools.partial(
@@ -112,11 +112,18 @@ def _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure, r
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
             method=None):
     """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky.
-    a may have leading batch dimensions. method: None or "lu" (jnp's names)."""
+    a may have leading batch dimensions. method: None, "lu" or "qr" (jnp's
+    names; jaxmg computes both from its distributed LU factorisation, the
+    same quantities to rounding; "qr" takes real matrices only, as jnp's)."""
     _check_assume_a(assume_a)
-    if method not in (None, "lu"):
-        raise ValueError(f"jaxmg: slogdet takes method=None or 'lu', got {method!r}")
-    a = arguments.as_array(a, "a")
+    if method not in (None, "lu", "qr"):
+        raise ValueError(f"jaxmg: slogdet takes method=None, 'lu' or 'qr', got {method!r}")
+    a = arguments.inexact(a, "a")
+    if method == "qr" and jnp.iscomplexobj(a):
+        raise NotImplementedError(
+            "jaxmg: slogdet(method='qr') takes real matrices only (as jnp.linalg.slogdet); "
+            "use method='lu' for complex ones"
+        )
     if batching.batched(a):
         fn = functools.partial(slogdet, assume_a=assume_a, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend)
@@ -135,7 +142,7 @@ def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, s
     derivative stays finite at singular matrices. a may have leading batch
     dimensions."""
     del overwrite_a, check_finite
-    a = arguments.as_array(a, "a")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
         fn = functools.partial(det, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
@@ -150,7 +157,7 @@ def inv(a, overwrite_a=False, check_finite=True, *, assume_a="gen", tile_size=No
     may have leading batch dimensions."""
     del overwrite_a, check_finite
     _check_assume_a(assume_a)
-    a = arguments.as_array(a, "a")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
         fn = functools.partial(inv, assume_a=assume_a, tile_size=tile_size, mesh=mesh, spec=spec,
                                backend=backend, on_failure=on_failure)

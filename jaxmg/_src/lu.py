@@ -81,14 +81,19 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     """LU factorisation with partial pivoting, kept sharded in the engine's
     layout for :func:`lu_solve` and :func:`slogdet`; it unpacks as
     jax.scipy's ``(lu, piv)``. precision="mixed": a MixedFactor (BF16
-    tensor-core LU and a) that lu_solve refines against a. Arguments as for
-    :func:`jaxmg.cho_factor`."""
+    tensor-core LU and a) that lu_solve refines against a. Arguments (and
+    leading batch dimensions) as for :func:`jaxmg.cho_factor`."""
     del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
+    a = arguments.inexact(a, "a")
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
         return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
     donate = arguments.check_flag(donate, "donate")
+    if batching.batched(a):
+        fn = functools.partial(lu_factor, tile_size=tile_size, mesh=mesh, spec=spec,
+                               backend=backend, on_failure=on_failure)
+        return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
     f = factorise(a, layout, donate=donate)
     failures.report(f.info, on_failure, failures.SINGULAR)
@@ -110,8 +115,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     if isinstance(f, mixed_api.MixedFactor):
         return mixed_api.solve_with(f, b, int(trans), kind="general")[0]
     if isinstance(f, LUFactor):
+        b = arguments.rhs_like(b, f.lu.dtype)
+        if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
+            nd = f.lu.ndim - 2
+            vector = batching.vector_rhs(b, nd + 2, f.layout.n)
+            fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
+            return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
-        arguments.check_same_dtype(b, f.lu.dtype, other="the factor")
         return _lu_solve(f, b, trans=int(trans),
                          b_sharded=operators.is_row_sharded(b, f.layout.placement))
     if not isinstance(f, (tuple, list)) or len(f) != 2:
@@ -119,11 +129,12 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
             "jaxmg.lu_solve takes the LUFactor that jaxmg.lu_factor returns, or a pair "
             f"(lu, piv) as jax.scipy.linalg.lu_factor returns; got {type(f).__name__}"
         )
-    lu_, piv = (arguments.as_array(x, name) for x, name in zip(f, ("lu", "piv")))
-    b = arguments.as_array(b, "b")
+    lu_, b = arguments.promote((f[0], "lu"), (b, "b"))
+    piv = arguments.as_array(f[1], "piv")
     if lu_.ndim > 2 or b.ndim > 2:
         fn = lambda lu_, piv, b: lu_solve((lu_, piv), b, trans)  # noqa: E731
-        return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if b.ndim == 1 else 2))
+        vector = batching.vector_rhs(b, lu_.ndim, lu_.shape[-1])
+        return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if vector else 2))
     arguments.check_rank2(lu_, "lu")
     b = operators.as_rhs(b, lu_.shape[0])
     arguments.check_same_dtype(b, lu_.dtype, other="lu")
@@ -137,19 +148,32 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
     """(p, l, u) with a = p @ l @ u, like jax.scipy.linalg.lu (permute_l:
     (p @ l, u)); l has a unit diagonal, u is upper triangular, all (N, N)
     with rows sharded like a. Differentiable; a may have leading batch
-    dimensions."""
+    dimensions. A rectangular (M, N) a gives p (M, M), l (M, K), u (K, N),
+    K = min(M, N), from JAX's LU of the whole matrix on one device (jaxmg's
+    distributed engines factor square matrices)."""
     del overwrite_a, check_finite
     permute_l = arguments.check_flag(permute_l, "permute_l")
-    a = arguments.as_array(a, "a")
+    a = arguments.inexact(a, "a")
     if batching.batched(a):
         fn = functools.partial(lu, permute_l=permute_l, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
+    if a.ndim == 2 and a.shape[0] != a.shape[1]:
+        arguments.check_dtype(a, "a")
+        placement = resolve_placement(a, mesh, spec, "a")
+        if placement.manual:
+            raise ValueError("jaxmg.lu takes the global (sharded) matrix, not a shard_map block")
+        return _rectangular_lu(a, placement=placement, permute_l=permute_l)
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu")
     p, l_, u = _plu(a, layout=layout)
     if permute_l:
         return sharding.matmul(p, l_, layout.placement, layout.row_spec), u
     return p, l_, u
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "permute_l"))
+def _rectangular_lu(a, *, placement, permute_l):
+    return jax.scipy.linalg.lu(sharding.constrain(a, placement, P()), permute_l=permute_l)
 
 
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
@@ -395,27 +419,32 @@ def _det_core(layout, a):
 
 @_det_core.defjvp
 def _det_jvp(layout, primals, tangents):
-    # d det A = tr(adj(A) dA), adj(A) = det(A) A^-1 where A is invertible; at
-    # a singular A JAX's own rule (cofactors from its LU) on the whole matrix
-    # keeps it finite.
+    # d det A = sum(M * dA) with M = adj(A)^T, which is det(A) A^-T where A is
+    # invertible; at a singular A, JAX's own rule (cofactors from its LU) on
+    # the whole matrix keeps it finite.
     (a,), (da,) = primals, tangents
     y, info = _det_core(layout, a)
     placement = layout.placement
 
     whole = lambda x: sharding.constrain(x, placement, P())  # noqa: E731
 
-    def invertible(a, da):
+    def invertible(a):
         # A^-T through the differentiable solve, so second derivatives hold too.
         eye, sharded = operators.eye(layout, a.dtype)
         inverse_t = _lu_solve_core(factorise(a, layout), eye, 1, sharded)
-        return whole(y * jnp.sum(inverse_t * da))
+        return whole(y * inverse_t)
 
-    def singular(a, da):
-        return whole(jax.jvp(jnp.linalg.det, (whole(a),), (whole(da),))[1].astype(y.dtype))
+    def singular(a):
+        grad = jax.grad(jnp.linalg.det, holomorphic=jnp.iscomplexobj(a))
+        return whole(grad(whole(a)).astype(a.dtype))
 
-    # Replicated operands: under vmap the branches become a select over them,
-    # which explicit sharding wants alike on every side.
-    dy = jax.lax.cond(whole(info == 0), invertible, singular, whole(a), whole(da))
+    # M depends on A alone: the branch taken never meets a tangent, so the
+    # linear part below is one product (a tangent inside a cond that vmap
+    # turns into a select does not transpose in JAX 0.10). Replicated
+    # operands: under vmap the branches become a select over them, which
+    # explicit sharding wants alike on every side.
+    m = jax.lax.cond(whole(info == 0), invertible, singular, whole(a))
+    dy = jnp.sum(m * whole(da))
     return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
 
 

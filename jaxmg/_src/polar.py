@@ -16,13 +16,14 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, dispatch, eigh, sharding
+from jaxmg._src import arguments, batching, dispatch, eigh, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import base, mp, native
 from jaxmg._src.placement import resolve_placement
 from jaxmg._src.sharding import adjoint as _ct, matmul_highest as _mm
 
 SIDES = ("right", "left")
+POLAR_METHODS = ("qdwh", "svd")
 
 
 def _lower_bound(eps: float) -> float:
@@ -119,13 +120,21 @@ def _check_side(a, side: str):
 
 
 @returns_ready_on_cpus
-def polar(a, *, side="right", mesh=None, spec=None, backend="auto", return_info=False):
+def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh=None,
+          spec=None, backend="auto", return_info=False):
     """Polar decomposition ``a = u @ p`` (side "right") or ``a = p @ u`` (side "left").
 
     Args:
-      a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
-        M >= N for side "right", M <= N for side "left".
+      a: (..., M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
+        M >= N for side "right", M <= N for side "left". Leading batch
+        dimensions run one matrix at a time.
       side: "right": p is (N, N), ``(a^H a)^(1/2)``; "left": p is (M, M), ``(a a^H)^(1/2)``.
+      method: "qdwh" or "svd", as jax.scipy.linalg.polar. "svd" always runs
+        ``jnp.linalg.svd`` on the whole matrix; "qdwh" is QDWH on the mp
+        engine and the SVD on the "jax" one.
+      eps, max_iterations: jax.scipy.linalg.polar's QDWH options, accepted
+        for compatibility and not used (jaxmg's QDWH runs the steps its
+        precomputed weights need to converge to the dtype's eps).
       mesh, spec: as for :func:`jaxmg.potrs`.
       backend: "mp" (QDWH iterations of cuSOLVERMp QRs over the GPUs), "jax"
         (``jnp.linalg.svd`` on the whole matrix) or "auto": "mp" on a mesh of
@@ -139,12 +148,22 @@ def polar(a, *, side="right", mesh=None, spec=None, backend="auto", return_info=
       With backend "mp" the columns of u belonging to exactly zero singular
       values of a come out zero (QDWH keeps them), not orthonormal.
     """
+    del eps, max_iterations
+    if method not in POLAR_METHODS:
+        raise ValueError(f"jaxmg: polar takes method in {POLAR_METHODS}, got {method!r}")
+    return_info = arguments.check_flag(return_info, "return_info")
+    a = arguments.inexact(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(polar, side=side, method=method, mesh=mesh, spec=spec,
+                               backend=backend, return_info=return_info)
+        return batching.broadcast_map(fn, (a,), (2,))
     arguments.check_rank2(a, "a")
     arguments.check_dtype(a, "a")
     _check_side(a, side)
-    return_info = arguments.check_flag(return_info, "return_info")
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "polar")
+    if method == "svd":
+        engine = native.ENGINE
     u, p, info = _polar(a, placement=placement, engine=engine, side=side)
     return (u, p, info) if return_info else (u, p)
 
@@ -216,8 +235,8 @@ class SVDResult(typing.NamedTuple):
 
 
 @returns_ready_on_cpus
-def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None,
-        backend="auto", return_info=False):
+def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None, *,
+        mesh=None, spec=None, backend="auto", return_info=False):
     """Singular value decomposition ``a = u @ diag(s) @ vh``, like ``jnp.linalg.svd``.
 
     Args:
@@ -229,6 +248,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, s
       compute_uv: also compute u and vh.
       hermitian: a is Hermitian: the SVD from its eigendecomposition (|w|, in
         descending order), distributed by jaxmg.eigh.
+      subset_by_index: not supported (jnp.linalg.svd has it only on TPU):
+        anything but None raises, as jnp does on CPU and GPU.
       mesh, spec, backend, return_info: as for :func:`jaxmg.polar`; backend
         "mp" is the polar decomposition a = U_p H followed by cuSOLVERMp's
         eigendecomposition of H (for a wide matrix, of a^H).
@@ -240,13 +261,25 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, s
       the columns of u belonging to exactly zero singular values come out
       zero, as in :func:`jaxmg.polar`.
     """
-    a = arguments.as_array(a, "a")
-    arguments.check_rank2(a, "a")
-    arguments.check_dtype(a, "a")
     full_matrices = arguments.check_flag(full_matrices, "full_matrices")
     compute_uv = arguments.check_flag(compute_uv, "compute_uv")
     hermitian = arguments.check_flag(hermitian, "hermitian")
     return_info = arguments.check_flag(return_info, "return_info")
+    if subset_by_index is not None:
+        if full_matrices:
+            raise ValueError("jaxmg: svd takes full_matrices and subset_by_index not both")
+        raise NotImplementedError(
+            "jaxmg: svd has no subset_by_index (jnp.linalg.svd has it on TPU only); take "
+            "s[start:end] of the full result"
+        )
+    a = arguments.inexact(a, "a")
+    if batching.batched(a):
+        fn = functools.partial(svd, full_matrices=full_matrices, compute_uv=compute_uv,
+                               hermitian=hermitian, mesh=mesh, spec=spec, backend=backend,
+                               return_info=return_info)
+        return batching.broadcast_map(fn, (a,), (2,))
+    arguments.check_rank2(a, "a")
+    arguments.check_dtype(a, "a")
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "svd")
     m, n = a.shape

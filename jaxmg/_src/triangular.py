@@ -51,22 +51,21 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         raise ValueError(f"jaxmg: trans must be 0, 1, 2 or 'N', 'T', 'C', got {trans!r}")
     lower = arguments.check_flag(lower, "lower")
     unit_diagonal = arguments.check_flag(unit_diagonal, "unit_diagonal")
-    a = arguments.as_array(a, "a")
-    b = arguments.as_array(b, "b")
+    a, b = arguments.promote((a, "a"), (b, "b"))
     arguments.check_dtype(a, "a")
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"jaxmg: a must be a square (..., N, N) matrix, got shape {a.shape}")
-    if b.ndim < 1 or (b.ndim == a.ndim - 1 and b.shape[-1] != a.shape[-1]) or (
-        b.ndim != a.ndim - 1 and b.shape[-2:-1] != a.shape[-1:]
+    # jax.scipy's batching: b is a vector when it has one dimension, or one
+    # fewer than a with N entries last.
+    vector = b.ndim >= 1 and batching.vector_rhs(b, a.ndim, a.shape[-1])
+    if b.ndim < 1 or (vector and b.shape[-1] != a.shape[-1]) or (
+        not vector and b.shape[-2:-1] != a.shape[-1:]
     ):
         raise ValueError(
             f"jaxmg: b must be (..., {a.shape[-1]}) or (..., {a.shape[-1]}, K) to match a, "
             f"got {b.shape}"
         )
-    arguments.check_same_dtype(b, a.dtype)
     if a.ndim > 2 or b.ndim > 2:
-        # jax.scipy's batching: a vector b is one fewer dimension than a.
-        vector = b.ndim == a.ndim - 1
         fn = functools.partial(solve_triangular, trans=trans, lower=lower,
                                unit_diagonal=unit_diagonal, mesh=mesh, spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
