@@ -141,6 +141,11 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
     "general": LU)."""
     a, rows = _matrix(a, mesh, spec)
+    if a.shape[0] == 0:  # nothing to factor (the norms would reduce over no entries)
+        stored = None if rows.sharded or kind != "spd" else ("lower" if triangle == "lower" else "upper")
+        zero = jnp.zeros((), jnp.finfo(a.dtype).dtype)
+        return MixedFactor(a, None, jnp.zeros((), jnp.int32), (zero, zero), kind, _config(kind, a),
+                           rows, on_failure, stored)
     return _factored(kind, a, triangle, rows, on_failure)
 
 
@@ -216,6 +221,8 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     factored and solved in one program, eager or traced alike."""
     a, rows = _matrix(a, mesh, spec)
     b, b2 = _rhs(b, a, rows)
+    if a.shape[0] == 0:
+        return _result(b, *_empty(b2), kind, on_failure)
     route = "irs" if kind == "general" and not rows.sharded and a.shape[0] >= IRS_FROM \
         and b2.shape[1] == 1 and irs.available() else "blocked"
     x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route,
@@ -249,7 +256,7 @@ def solve_with(f: MixedFactor, b, trans: int = 0, *, kind: str):
         raise TypeError(f"jaxmg.{call} takes {maker}'s factor; this one is {other_maker}'s "
                         f"(solve with jaxmg.{other_call})")
     b, b2 = _rhs(b, f.a, f.rows, other="the factor")
-    x, record = _solve(f, b2, trans=trans)
+    x, record = _empty(b2) if f.a.shape[0] == 0 else _solve(f, b2, trans=trans)
     return _result(b, x, record, f.kind, f.on_failure)
 
 
@@ -260,7 +267,18 @@ def _rhs(b, a, rows: placement.Rows, other: str = "a"):
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
     arguments.check_same_dtype(b, a.dtype, other=other)
-    return b, _placed(b.reshape(n, -1), rows, _mesh_of(a), P())
+    k = b.shape[1] if b.ndim == 2 else 1  # explicit: reshape(0, -1) has no answer
+    return b, _placed(b.reshape(n, k), rows, _mesh_of(a), P())
+
+
+def _empty(b):
+    """The solve of a 0 x 0 system: x = b (0 rows), nothing refined, as
+    jax.scipy.linalg.solve returns an empty x."""
+    k = b.shape[1]
+    record = RefinementInfo(jnp.zeros((k,), jnp.int32), jnp.zeros((k,), bool),
+                            jnp.zeros((k,), bool), jnp.zeros((k,), jnp.finfo(b.dtype).dtype),
+                            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+    return jnp.zeros_like(b), record
 
 
 def _result(b, x, record, kind: str, on_failure: str):
