@@ -122,7 +122,8 @@ class _State:
 def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     """Solves A x = b (b: (N, K)) to the float64 floor. matvec(X) = A X and
     precondition(R) ~ A^{-1} R, both at b's precision. start_ok: False skips
-    everything (a failed factorisation): every column then fails.
+    everything (a failed factorisation): every column then fails. A column
+    of b that is not finite fails too, and its x is NaN.
 
     Returns (x, iterations, gmres, converged, berr) per column: the
     low-precision solves spent, whether GMRES-IR ran, whether it converged,
@@ -132,11 +133,16 @@ def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     tol = tolerance(n, floor)
     budget = opts.max_iterations
     zero = jnp.zeros((k,), bool)
+    # A column of b holding a NaN or inf has no finite solution: it is not
+    # refined (no step could be judged better than x = 0) and comes back NaN,
+    # not as the x = 0 it starts from, as a float64 solve propagates it.
+    finite = jnp.all(jnp.isfinite(b), axis=0)
     s = _State(
         x=jnp.zeros_like(b),
         r=b,
-        berr=jnp.where(jnp.any(b != 0, axis=0), 1.0, 0.0).astype(anorm.dtype),
-        active=start_ok & jnp.any(b != 0, axis=0),
+        berr=jnp.where(finite, jnp.where(jnp.any(b != 0, axis=0), 1.0, 0.0), jnp.inf
+                       ).astype(anorm.dtype),
+        active=start_ok & finite & jnp.any(b != 0, axis=0),
         handover=zero,
         settled=zero,
         iterations=jnp.zeros((k,), jnp.int32),
@@ -192,7 +198,7 @@ def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     else:
         ran = zero
     converged = start_ok & (s.settled | (s.berr <= floor))
-    return s.x, s.iterations, ran, converged, s.berr
+    return jnp.where(finite, s.x, jnp.nan), s.iterations, ran, converged, s.berr
 
 
 def _out_of_reach(berr, gain, used, tol, left):
