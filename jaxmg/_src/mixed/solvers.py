@@ -20,12 +20,15 @@ from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as l
 
 
 class Refinement(NamedTuple):
-    """What a mixed-precision solve did, per column of b (shape b.shape[1:]):
+    """What a mixed-precision solve did: per column of b (shape b.shape[1:])
+    for iterations, gmres, fallback and backward_error; factor_info and info
+    describe the matrix, one int32 per matrix (as precision="highest"'s info).
 
     iterations: low-precision solves, the first included (the refinement's cost).
     gmres: whether GMRES-IR ran. fallback: the column did not converge and
     the float64 factorisation solved it (with fallback=False: it is left to
-    the caller, x holding the best refined value). backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
+    the caller, x holding the best refined value; a column of b that is not
+    finite fails so, and its x is NaN). backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
     + ||b||_inf) of the returned x. factor_info: the low-precision
     factorisation's info (its failing order, or 0). info: 0, or > 0 where the
     fallback ran and the float64 factorisation failed too (the matrix is not
