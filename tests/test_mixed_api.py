@@ -259,3 +259,57 @@ def test_spd_solve_of_order_1024_reads_one_triangle(rng, lower):
                           return_info=True)
     close(x, a, b)
     assert not np.asarray(info.fallback).any()
+
+
+MIXED_CALLS = {
+    "solve": lambda a, b: jaxmg.solve(a, b, precision="mixed"),
+    "solve pos": lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed"),
+    "potrs": lambda a, b: jaxmg.potrs(a, b, precision="mixed"),
+    "cho_solve": lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b),
+    "lu_solve": lambda a, b: jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed"), b, trans=1),
+}
+
+
+@pytest.mark.parametrize("bshape", [(0,), (0, 3)], ids=["b(0,)", "b(0,3)"])
+def test_an_empty_system_gives_what_jax_scipy_gives(bshape):
+    import jax.scipy.linalg as jsl
+
+    a, b = np.zeros((0, 0)), np.zeros(bshape)
+    want = jsl.solve(a, b)
+    for name, call in MIXED_CALLS.items():
+        for fn in (call, jax.jit(call)):
+            x = fn(a, b)
+            assert x.shape == want.shape and x.dtype == want.dtype, name
+    x, info = jaxmg.solve(a, b, precision="mixed", return_info=True)
+    assert np.shape(info.iterations) == bshape[1:] and np.shape(info.info) == ()
+    assert not np.asarray(info.fallback).any()
+
+
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_non_finite_column_of_b_comes_back_nan_not_zero(rng, assume_a):
+    """Refinement cannot improve on its start x = 0 there: that column must
+    not come back as zeros (jax.scipy propagates the NaN); the others are
+    solved as usual."""
+    a = spd(rng, n=16) if assume_a == "pos" else general(rng, n=16)
+    b = helpers.random_matrix(rng, 16, np.float64, 3)
+    b[4, 0], b[:, 2] = np.inf, 0.0
+    x, info = jaxmg.solve(a, b, assume_a=assume_a, precision="mixed", return_info=True)
+    x = np.asarray(x)
+    assert np.isnan(x[:, 0]).all()
+    close(x[:, 1:], a, b[:, 1:])
+    assert np.asarray(info.fallback).tolist() == [True, False, False]
+    assert np.isinf(np.asarray(info.backward_error)[0])
+    # info and factor_info describe the matrix (one per matrix), which is fine
+    assert np.shape(info.info) == np.shape(info.factor_info) == () and int(info.info) == 0
+    f = jaxmg.lu_factor(a, precision="mixed")
+    assert np.isnan(np.asarray(jaxmg.lu_solve(f, b[:, 0], trans=2))).all()
+
+
+def test_cho_factor_lower_derivative_is_the_matrix_as_given(rng):
+    """cho_factor(lower=True)'s solves differentiate a as given, as
+    solve(assume_a="pos", lower=True) does: the full matrix's derivative."""
+    a, b = spd(rng, n=16), helpers.random_matrix(rng, 16, np.float64, 2)
+    got = jax.grad(lambda a: jnp.sum(jaxmg.cho_solve(
+        jaxmg.cho_factor(a, lower=True, precision="mixed"), b) ** 2))(a)
+    want = jax.grad(lambda a: jnp.sum(jnp.linalg.solve(a, b) ** 2))(a)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
