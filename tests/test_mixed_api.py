@@ -313,3 +313,17 @@ def test_cho_factor_lower_derivative_is_the_matrix_as_given(rng):
         jaxmg.cho_factor(a, lower=True, precision="mixed"), b) ** 2))(a)
     want = jax.grad(lambda a: jnp.sum(jnp.linalg.solve(a, b) ** 2))(a)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_tiny_b_is_refined_to_float64_accuracy(rng, assume_a):
+    """b of entries near 1e-300: the residuals would be subnormal, which
+    XLA's CPU code flushes to zero, and refinement stopped at a float32-like
+    x (relative error 1e-8) reporting a backward error of 0."""
+    a = spd(rng, n=16) if assume_a == "pos" else general(rng, n=16)
+    b = helpers.random_matrix(rng, 16, np.float64, 2) * 1e-300
+    x, info = jaxmg.solve(a, b, assume_a=assume_a, precision="mixed", return_info=True)
+    want = np.linalg.solve(a, b)
+    assert np.abs(np.asarray(x) - want).max() <= 1e-13 * np.abs(want).max()
+    assert (np.asarray(info.backward_error) > 0).all()
+
