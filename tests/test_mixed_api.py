@@ -327,3 +327,17 @@ def test_a_tiny_b_is_refined_to_float64_accuracy(rng, assume_a):
     assert np.abs(np.asarray(x) - want).max() <= 1e-13 * np.abs(want).max()
     assert (np.asarray(info.backward_error) > 0).all()
 
+
+def test_wrong_forms_are_refused_as_highest_refuses_them(rng):
+    import jax.scipy.linalg as jsl
+
+    a = spd(rng, n=8)
+    with pytest.raises(TypeError, match=r"does not unpack as jax.scipy's \(c, lower\).*jaxmg.cho_solve"):
+        jsl.cho_solve(jaxmg.cho_factor(a, precision="mixed"), np.ones(8))
+    with pytest.raises(TypeError, match=r"\(lu, piv\).*jaxmg.lu_solve"):
+        lu_, piv = jaxmg.lu_factor(a, precision="mixed")
+    for fn in (jaxmg.cho_factor, jaxmg.lu_factor):
+        with pytest.raises(ValueError, match=r"jaxmg: a must be a 2-D \(N, N\) matrix.*jax.vmap"):
+            fn(np.stack([a, a]), precision="mixed")
+    with pytest.raises(ValueError, match=r"jaxmg: a must be square, got shape \(8, 6\)"):
+        jaxmg.potrs(a[:, :6], np.ones(8), precision="mixed")

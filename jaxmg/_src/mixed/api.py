@@ -94,6 +94,17 @@ class MixedFactor:
     def info(self):
         return self.factor_info
 
+    def __iter__(self):
+        """Refused: jax.scipy's (c, lower) or (lu, piv) would be float64
+        factors, which a mixed factor does not hold."""
+        call, maker = _CALLS[self.kind]
+        pair = "(c, lower)" if self.kind == "spd" else "(lu, piv)"
+        raise TypeError(
+            f"jaxmg: {maker}(precision='mixed') returns a MixedFactor (a low-precision factor and "
+            f"a), which does not unpack as jax.scipy's {pair}: pass it whole to jaxmg.{call}, or "
+            f"use {maker}(precision='highest') for a factor that unpacks"
+        )
+
 
 def _rows(a, mesh, spec) -> placement.Rows:
     """Where the mixed solve keeps A's rows: the mesh axis that spec shards
@@ -152,6 +163,9 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
 def _matrix(a, mesh, spec):
     """a checked and placed, and where its rows live."""
     a = arguments.as_array(a, "a")
+    arguments.check_rank2(a, "a")  # the messages of precision="highest"
+    if a.shape[0] != a.shape[1]:
+        raise ValueError(f"jaxmg: a must be square, got shape {tuple(a.shape)}")
     blk.check_matrix(a)
     blk.check_refinable(a, fix="use precision='highest', or cast it first")
     rows = _rows(a, mesh, spec)
