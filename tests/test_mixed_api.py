@@ -341,3 +341,28 @@ def test_wrong_forms_are_refused_as_highest_refuses_them(rng):
             fn(np.stack([a, a]), precision="mixed")
     with pytest.raises(ValueError, match=r"jaxmg: a must be square, got shape \(8, 6\)"):
         jaxmg.potrs(a[:, :6], np.ones(8), precision="mixed")
+
+
+def test_an_order_the_devices_do_not_divide_is_solved_on_the_mesh(rng):
+    """N = 21 over 2 devices with mesh=: precision="highest" solves it; the
+    mixed solves pad A (sharded rows must divide evenly) and give x of N rows,
+    the info of A's own pivots, and the derivative of A."""
+    import jax.scipy.linalg as jsl
+
+    mesh, n = helpers.mesh(2), 21
+    a, s = general(rng, n=n), spd(rng, n=n)
+    b = helpers.random_matrix(rng, n, np.float64, 2)
+    close(jaxmg.solve(a, b, mesh=mesh, precision="mixed"), a, b)
+    x, info = jaxmg.solve(s, b[:, 0], assume_a="pos", mesh=mesh, precision="mixed", return_info=True)
+    close(x, s, b[:, 0])
+    assert x.shape == (n,) and not bool(info.fallback)
+    close(jaxmg.lu_solve(jaxmg.lu_factor(a, mesh=mesh, precision="mixed"), b, trans=1), a, b, lambda m: m.T)
+    singular = a.copy()
+    singular[:, 4] = 0
+    x, info = jaxmg.solve(singular, b, mesh=mesh, precision="mixed", return_info=True)
+    assert np.isnan(np.asarray(x)).all() and int(info.info) == 5
+    with jax.set_mesh(mesh):
+        got = jax.grad(lambda s: jnp.sum(jaxmg.solve(s, b, assume_a="pos", mesh=mesh,
+                                                      precision="mixed") ** 2))(s)
+    want = jax.grad(lambda s: jnp.sum(jsl.solve(s, b, assume_a="pos") ** 2))(s)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
