@@ -366,3 +366,14 @@ def test_an_order_the_devices_do_not_divide_is_solved_on_the_mesh(rng):
                                                       precision="mixed") ** 2))(s)
     want = jax.grad(lambda s: jnp.sum(jsl.solve(s, b, assume_a="pos") ** 2))(s)
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+def test_vmap_of_numpy_matrices_with_mesh(rng):
+    """Under vmap a NumPy a is traced, so it is not moved to the mesh before
+    the solve's programs: they must still find its devices."""
+    mesh = helpers.mesh(2)
+    a = np.stack([general(rng, n=16), general(rng, n=16)])
+    b = helpers.random_matrix(rng, 2, np.float64, 16)
+    x = jax.vmap(lambda a, b: jaxmg.solve(a, b, mesh=mesh, precision="mixed"))(a, b)
+    for i in range(2):
+        close(x[i], a[i], b[i])

@@ -234,11 +234,14 @@ def _hermitian(a, *, upper: bool, rows: placement.Rows):
 
 
 def _placed(x, rows: placement.Rows, mesh, spec):
-    """A concrete array on the (concrete) mesh the solve runs over: a NumPy
-    or one-device array is moved there; traced ones are placed by jit."""
-    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh) or arguments.is_traced(x):
+    """An array on the (concrete) mesh the solve runs over: a NumPy or
+    one-device array is moved there; a traced one is resharded (under vmap
+    a NumPy a is traced, and the solve's programs would have no devices)."""
+    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh):
         return x
     want = jax.sharding.NamedSharding(mesh, spec)
+    if arguments.is_traced(x):
+        return jax.sharding.reshard(x, want)
     if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(want, x.ndim):
         return x
     return jax.device_put(x, want)
