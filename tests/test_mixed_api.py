@@ -377,3 +377,31 @@ def test_vmap_of_numpy_matrices_with_mesh(rng):
     x = jax.vmap(lambda a, b: jaxmg.solve(a, b, mesh=mesh, precision="mixed"))(a, b)
     for i in range(2):
         close(x[i], a[i], b[i])
+
+
+def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
+    """The Cholesky's retry at a more accurate update (where the first one
+    fails) runs per matrix under vmap: as a select, explicit sharding refused
+    its batched predicate against the row-sharded factor."""
+    from jax.sharding import NamedSharding
+
+    from jaxmg._src.mixed import cholesky as chol
+
+    real = chol._cholesky
+
+    def first_fails(a, scale, *, cfg, rows, upper=False):  # the FP16 attempt reports a failure
+        f, info = real(a, scale, cfg=cfg, rows=rows, upper=upper)
+        return f, jnp.where(cfg.update == "fp16", jnp.int32(3), info)
+
+    monkeypatch.setattr(chol, "_cholesky", first_fails)
+    mesh = helpers.mesh(2)
+    s = np.stack([spd(rng, n=16), spd(rng, n=16)])
+    b = helpers.random_matrix(rng, 2, np.float64, 16)
+    sharded = jax.device_put(s, NamedSharding(mesh, P(None, "x", None)))
+    x, info = jax.vmap(lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed",
+                                                return_info=True))(sharded, b)
+    assert np.asarray(info.factor_info).tolist() == [0, 0]  # retried, and it factored
+    y = jax.vmap(lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b))(sharded, b)
+    for i in range(2):
+        close(x[i], s[i], b[i])
+        close(y[i], s[i], b[i])

@@ -13,7 +13,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jax import lax
+from jax import custom_batching, lax
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement, refine as rf
@@ -159,8 +159,16 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
             if int(info) != 0:
                 f, info = factor(a, scale, cfg=again, rows=rows)
         else:
-            f, info = lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows),
-                               lambda: (f, info))
+            # Under vmap one matrix at a time: the cond would become a select, which
+            # runs the retry for every matrix, and which explicit sharding refuses
+            # (a batched predicate against row-sharded cases). The factor is not
+            # differentiated (the solves refine against a), so no tangents enter.
+            def retried(a, scale, f, info):
+                return lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows),
+                                lambda: (f, info))
+
+            f, info = custom_batching.sequential_vmap(retried)(
+                *lax.stop_gradient((a, scale, f, info)))
     return f, info, norms
 
 
