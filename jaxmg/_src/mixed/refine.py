@@ -135,13 +135,13 @@ def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     zero, and refinement would stop at once at a backward error of 0 with x
     at the low precision's accuracy. The backward error is unchanged by it.
     """
-    scale = _column_scale(b)
+    scale = column_scale(b)
     x, *rest = _refine(matvec, precondition, b * scale.astype(b.dtype), anorm, floor, opts,
                        start_ok=start_ok)
     return (x / scale.astype(x.dtype), *rest)
 
 
-def _column_scale(b):
+def column_scale(b):
     """Per column, 2^(1 - e) for max_i |b_ij| = m 2^e, 1/2 <= m < 1; 1 where
     the column is 0 or not finite."""
     big = jnp.max(jnp.abs(b), axis=0)

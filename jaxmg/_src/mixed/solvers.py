@@ -245,7 +245,8 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
         else:
             x64, info = _general_fallback(a, b, anorm, floor, rows, cfg, factor_info, matvec, adjoint)
         x = jnp.where(converged, x, x64)
-        return x, rf.backward_error(b - matvec(x), x, b, anorm), info
+        s = rf.column_scale(b).astype(b.dtype)  # as refine measures it: no subnormal residual
+        return x, rf.backward_error(b * s - matvec(x * s), x * s, b * s, anorm), info
 
     info = jnp.zeros((), jnp.int32)
     if fallback:
