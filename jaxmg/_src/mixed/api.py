@@ -154,7 +154,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     """The low-precision factorisation of a ("spd": Cholesky of the
     Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
     "general": LU)."""
-    a, rows, n = _matrix(a, mesh, spec)
+    a, rows, n = _matrix(a, mesh, spec, triangle if kind == "spd" else None)
     if n == 0:  # nothing to factor (the norms would reduce over no entries)
         stored = "lower" if triangle == "lower" else "upper"
         zero = jnp.zeros((), jnp.finfo(a.dtype).dtype)
@@ -163,8 +163,9 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     return _factored(kind, a, triangle, rows, on_failure, n)
 
 
-def _matrix(a, mesh, spec):
-    """a checked, padded (_padded) and placed, where its rows live, and its N."""
+def _matrix(a, mesh, spec, triangle: str | None = None):
+    """a checked, padded (_padded) and placed, where its rows live, and its N.
+    triangle: the one a Hermitian a is read from ("upper", "lower"); None: all."""
     a = arguments.as_array(a, "a")
     arguments.check_rank2(a, "a")  # the messages of precision="highest"
     if a.shape[0] != a.shape[1]:
@@ -174,18 +175,20 @@ def _matrix(a, mesh, spec):
     n = a.shape[0]
     rows = _rows(a, mesh, spec) if n else placement.Rows()  # nothing to shard
     if rows.sharded and n % rows.mesh.shape[rows.axis]:
-        a = _padded(a, -n % rows.mesh.shape[rows.axis])
+        a = _padded(a, -n % rows.mesh.shape[rows.axis], triangle)
     return _placed(a, rows, mesh, P(rows.axis, None)), rows, n
 
 
-@functools.partial(jax.jit, static_argnums=1)
-def _padded(a, extra: int):
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _padded(a, extra: int, triangle: str | None = None):
     """A as the leading block of diag(A, d I), of an order that the devices
     divide (sharded rows must divide evenly): the same solution in the
     leading rows, 0 in the rest (no pivot or update mixes the blocks).
     d, a power of two at most max |a_ij| (1 for A = 0), leaves ||A||_inf,
-    the residual floor (refine.norms) and the Cholesky's scaling as they are."""
-    largest = jax.lax.stop_gradient(jnp.max(jnp.abs(a)))
+    the residual floor (refine.norms) and the Cholesky's scaling as they are;
+    it is taken from the triangle read (the other may hold anything)."""
+    read = {"upper": jnp.triu, "lower": jnp.tril}.get(triangle, lambda m: m)
+    largest = jax.lax.stop_gradient(jnp.max(jnp.abs(read(a))))
     d = 1 / blk.power_of_two_near_inverse(largest)  # 2^(e-1) <= largest < 2^e; 1 for 0
     n = a.shape[0]
     out = jnp.pad(a, ((0, extra), (0, extra)))
@@ -263,7 +266,7 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
           on_failure: str = "nan"):
     """x with a x = b at float64 accuracy (replicated), and its RefinementInfo:
     factored and solved in one program, eager or traced alike."""
-    a, rows, n = _matrix(a, mesh, spec)
+    a, rows, n = _matrix(a, mesh, spec, triangle if kind == "spd" else None)
     b, b2 = _rhs(b, a, n, rows)
     if n == 0:
         return _result(b, *_empty(b2), kind, on_failure)
