@@ -259,3 +259,154 @@ def test_spd_solve_of_order_1024_reads_one_triangle(rng, lower):
                           return_info=True)
     close(x, a, b)
     assert not np.asarray(info.fallback).any()
+
+
+MIXED_CALLS = {
+    "solve": lambda a, b: jaxmg.solve(a, b, precision="mixed"),
+    "solve pos": lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed"),
+    "potrs": lambda a, b: jaxmg.potrs(a, b, precision="mixed"),
+    "cho_solve": lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b),
+    "lu_solve": lambda a, b: jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed"), b, trans=1),
+}
+
+
+@pytest.mark.parametrize("bshape", [(0,), (0, 3)], ids=["b(0,)", "b(0,3)"])
+def test_an_empty_system_gives_what_jax_scipy_gives(bshape):
+    import jax.scipy.linalg as jsl
+
+    a, b = np.zeros((0, 0)), np.zeros(bshape)
+    want = jsl.solve(a, b)
+    for name, call in MIXED_CALLS.items():
+        for fn in (call, jax.jit(call)):
+            x = fn(a, b)
+            assert x.shape == want.shape and x.dtype == want.dtype, name
+    x, info = jaxmg.solve(a, b, precision="mixed", return_info=True)
+    assert np.shape(info.iterations) == bshape[1:] and np.shape(info.info) == ()
+    assert not np.asarray(info.fallback).any()
+
+
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_non_finite_column_of_b_comes_back_nan_not_zero(rng, assume_a):
+    """Refinement cannot improve on its start x = 0 there: that column must
+    not come back as zeros (jax.scipy propagates the NaN); the others are
+    solved as usual."""
+    a = spd(rng, n=16) if assume_a == "pos" else general(rng, n=16)
+    b = helpers.random_matrix(rng, 16, np.float64, 3)
+    b[4, 0], b[:, 2] = np.inf, 0.0
+    x, info = jaxmg.solve(a, b, assume_a=assume_a, precision="mixed", return_info=True)
+    x = np.asarray(x)
+    assert np.isnan(x[:, 0]).all()
+    close(x[:, 1:], a, b[:, 1:])
+    assert np.asarray(info.fallback).tolist() == [True, False, False]
+    assert np.isinf(np.asarray(info.backward_error)[0])
+    # info and factor_info describe the matrix (one per matrix), which is fine
+    assert np.shape(info.info) == np.shape(info.factor_info) == () and int(info.info) == 0
+    f = jaxmg.lu_factor(a, precision="mixed")
+    assert np.isnan(np.asarray(jaxmg.lu_solve(f, b[:, 0], trans=2))).all()
+
+
+def test_cho_factor_lower_derivative_is_the_matrix_as_given(rng):
+    """cho_factor(lower=True)'s solves differentiate a as given, as
+    solve(assume_a="pos", lower=True) does: the full matrix's derivative."""
+    a, b = spd(rng, n=16), helpers.random_matrix(rng, 16, np.float64, 2)
+    got = jax.grad(lambda a: jnp.sum(jaxmg.cho_solve(
+        jaxmg.cho_factor(a, lower=True, precision="mixed"), b) ** 2))(a)
+    want = jax.grad(lambda a: jnp.sum(jnp.linalg.solve(a, b) ** 2))(a)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_tiny_b_is_refined_to_float64_accuracy(rng, assume_a):
+    """b of entries near 1e-300: the residuals would be subnormal, which
+    XLA's CPU code flushes to zero, and refinement stopped at a float32-like
+    x (relative error 1e-8) reporting a backward error of 0."""
+    a = spd(rng, n=16) if assume_a == "pos" else general(rng, n=16)
+    b = helpers.random_matrix(rng, 16, np.float64, 2) * 1e-300
+    x, info = jaxmg.solve(a, b, assume_a=assume_a, precision="mixed", return_info=True)
+    want = np.linalg.solve(a, b)
+    assert np.abs(np.asarray(x) - want).max() <= 1e-13 * np.abs(want).max()
+    assert (np.asarray(info.backward_error) > 0).all()
+
+
+def test_wrong_forms_are_refused_as_highest_refuses_them(rng):
+    import jax.scipy.linalg as jsl
+
+    a = spd(rng, n=8)
+    with pytest.raises(TypeError, match=r"does not unpack as jax.scipy's \(c, lower\).*jaxmg.cho_solve"):
+        jsl.cho_solve(jaxmg.cho_factor(a, precision="mixed"), np.ones(8))
+    with pytest.raises(TypeError, match=r"\(lu, piv\).*jaxmg.lu_solve"):
+        lu_, piv = jaxmg.lu_factor(a, precision="mixed")
+    for fn in (jaxmg.cho_factor, jaxmg.lu_factor):
+        with pytest.raises(ValueError, match=r"jaxmg: a must be a 2-D \(N, N\) matrix.*jax.vmap"):
+            fn(np.stack([a, a]), precision="mixed")
+    with pytest.raises(ValueError, match=r"jaxmg: a must be square, got shape \(8, 6\)"):
+        jaxmg.potrs(a[:, :6], np.ones(8), precision="mixed")
+
+
+def test_an_order_the_devices_do_not_divide_is_solved_on_the_mesh(rng):
+    """N = 21 over 2 devices with mesh=: precision="highest" solves it; the
+    mixed solves pad A (sharded rows must divide evenly) and give x of N rows,
+    the info of A's own pivots, and the derivative of A."""
+    import jax.scipy.linalg as jsl
+
+    mesh, n = helpers.mesh(2), 21
+    a, s = general(rng, n=n), spd(rng, n=n)
+    b = helpers.random_matrix(rng, n, np.float64, 2)
+    close(jaxmg.solve(a, b, mesh=mesh, precision="mixed"), a, b)
+    x, info = jaxmg.solve(s, b[:, 0], assume_a="pos", mesh=mesh, precision="mixed", return_info=True)
+    close(x, s, b[:, 0])
+    assert x.shape == (n,) and not bool(info.fallback)
+    close(jaxmg.lu_solve(jaxmg.lu_factor(a, mesh=mesh, precision="mixed"), b, trans=1), a, b, lambda m: m.T)
+    # the padding is sized from the triangle read, so the norms refined with are A's own
+    held = np.tril(s) + np.triu(np.full_like(s, 1e12), 1)
+    f = jaxmg.cho_factor(held, lower=True, mesh=mesh, precision="mixed")
+    close(jaxmg.cho_solve(f, b), s, b)
+    np.testing.assert_allclose(np.asarray(f.norms), np.asarray(jaxmg.cho_factor(s, precision="mixed").norms))
+    singular = a.copy()
+    singular[:, 4] = 0
+    x, info = jaxmg.solve(singular, b, mesh=mesh, precision="mixed", return_info=True)
+    assert np.isnan(np.asarray(x)).all() and int(info.info) == 5
+    with jax.set_mesh(mesh):
+        got = jax.grad(lambda s: jnp.sum(jaxmg.solve(s, b, assume_a="pos", mesh=mesh,
+                                                      precision="mixed") ** 2))(s)
+    want = jax.grad(lambda s: jnp.sum(jsl.solve(s, b, assume_a="pos") ** 2))(s)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+def test_vmap_of_numpy_matrices_with_mesh(rng):
+    """Under vmap a NumPy a is traced, so it is not moved to the mesh before
+    the solve's programs: they must still find its devices."""
+    mesh = helpers.mesh(2)
+    a = np.stack([general(rng, n=16), general(rng, n=16)])
+    b = helpers.random_matrix(rng, 2, np.float64, 16)
+    x = jax.vmap(lambda a, b: jaxmg.solve(a, b, mesh=mesh, precision="mixed"))(a, b)
+    for i in range(2):
+        close(x[i], a[i], b[i])
+
+
+def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
+    """The Cholesky's retry at a more accurate update (where the first one
+    fails) runs per matrix under vmap: as a select, explicit sharding refused
+    its batched predicate against the row-sharded factor."""
+    from jax.sharding import NamedSharding
+
+    from jaxmg._src.mixed import cholesky as chol
+
+    real = chol._cholesky
+
+    def first_fails(a, scale, *, cfg, rows, upper=False):  # the FP16 attempt reports a failure
+        f, info = real(a, scale, cfg=cfg, rows=rows, upper=upper)
+        return f, jnp.where(cfg.update == "fp16", jnp.int32(3), info)
+
+    monkeypatch.setattr(chol, "_cholesky", first_fails)
+    mesh = helpers.mesh(2)
+    s = np.stack([spd(rng, n=16), spd(rng, n=16)])
+    b = helpers.random_matrix(rng, 2, np.float64, 16)
+    sharded = jax.device_put(s, NamedSharding(mesh, P(None, "x", None)))
+    x, info = jax.vmap(lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed",
+                                                return_info=True))(sharded, b)
+    assert np.asarray(info.factor_info).tolist() == [0, 0]  # retried, and it factored
+    y = jax.vmap(lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b))(sharded, b)
+    for i in range(2):
+        close(x[i], s[i], b[i])
+        close(y[i], s[i], b[i])

@@ -659,3 +659,15 @@ def test_bad_operands_name_the_fix():
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), fallback="yes")
     with pytest.raises(ValueError, match="pass axis= naming"):
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), mesh=jax.make_mesh((1, 1), ("a", "b"), devices=devices(1)))
+
+
+def test_fallback_backward_error_of_a_tiny_b_is_not_flushed_to_zero(rng):
+    """The float64 fallback's answer is measured as refinement measures it,
+    scaled: b near 1e-300 leaves subnormal residuals, which XLA's CPU code
+    flushes to zero (a reported backward error of exactly 0)."""
+    a = random_matrix(rng, 16, np.float64) + 5 * np.eye(16)
+    b = random_matrix(rng, 16, np.float64, 2) * 1e-300
+    x, record = solvers.general_solve(jnp.asarray(a), jnp.asarray(b), max_iterations=0)
+    assert np.asarray(record.fallback).all()
+    berr = np.asarray(record.backward_error)
+    assert (berr > 0).all() and (berr < 1e-15).all(), berr

@@ -69,7 +69,7 @@ def check_precision(precision) -> bool:
 @functools.partial(
     jax.tree_util.register_dataclass,
     data_fields=("a", "factor", "factor_info", "norms"),
-    meta_fields=("kind", "cfg", "rows", "on_failure", "triangle"),
+    meta_fields=("kind", "cfg", "rows", "on_failure", "triangle", "order"),
 )
 @dataclasses.dataclass(frozen=True)
 class MixedFactor:
@@ -77,7 +77,9 @@ class MixedFactor:
     low-precision factor and the matrix the solves refine against.
 
     info: the low-precision factorisation's (0, or where it failed; the
-    solves then fall back to float64).
+    solves then fall back to float64). order: A's N; with rows sharded over
+    devices that do not divide it, a holds A padded to a multiple of them
+    (_padded).
     """
 
     a: jax.Array
@@ -89,10 +91,22 @@ class MixedFactor:
     rows: placement.Rows
     on_failure: str = "nan"  # what its solves do where the float64 fallback fails too
     triangle: str | None = None  # a holds A in this triangle only ("spd", one device); None: all of A
+    order: int | None = None  # A's N (a may be padded beyond it); None: a's own
 
     @property
     def info(self):
         return self.factor_info
+
+    def __iter__(self):
+        """Refused: jax.scipy's (c, lower) or (lu, piv) would be float64
+        factors, which a mixed factor does not hold."""
+        call, maker = _CALLS[self.kind]
+        pair = "(c, lower)" if self.kind == "spd" else "(lu, piv)"
+        raise TypeError(
+            f"jaxmg: {maker}(precision='mixed') returns a MixedFactor (a low-precision factor and "
+            f"a), which does not unpack as jax.scipy's {pair}: pass it whole to jaxmg.{call}, or "
+            f"use {maker}(precision='highest') for a factor that unpacks"
+        )
 
 
 def _rows(a, mesh, spec) -> placement.Rows:
@@ -140,20 +154,49 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     """The low-precision factorisation of a ("spd": Cholesky of the
     Hermitian matrix whose `triangle` ("upper" or "lower") a holds;
     "general": LU)."""
-    a, rows = _matrix(a, mesh, spec)
-    return _factored(kind, a, triangle, rows, on_failure)
+    a, rows, n = _matrix(a, mesh, spec, triangle if kind == "spd" else None)
+    if n == 0:  # nothing to factor (the norms would reduce over no entries)
+        stored = "lower" if triangle == "lower" else "upper"
+        zero = jnp.zeros((), jnp.finfo(a.dtype).dtype)
+        return MixedFactor(a, None, jnp.zeros((), jnp.int32), (zero, zero), kind, _config(kind, a),
+                           rows, on_failure, stored if kind == "spd" else None, n)
+    return _factored(kind, a, triangle, rows, on_failure, n)
 
 
-def _matrix(a, mesh, spec):
-    """a checked and placed, and where its rows live."""
+def _matrix(a, mesh, spec, triangle: str | None = None):
+    """a checked, padded (_padded) and placed, where its rows live, and its N.
+    triangle: the one a Hermitian a is read from ("upper", "lower"); None: all."""
     a = arguments.as_array(a, "a")
+    arguments.check_rank2(a, "a")  # the messages of precision="highest"
+    if a.shape[0] != a.shape[1]:
+        raise ValueError(f"jaxmg: a must be square, got shape {tuple(a.shape)}")
     blk.check_matrix(a)
     blk.check_refinable(a, fix="use precision='highest', or cast it first")
-    rows = _rows(a, mesh, spec)
-    return _placed(a, rows, mesh, P(rows.axis, None)), rows
+    n = a.shape[0]
+    rows = _rows(a, mesh, spec) if n else placement.Rows()  # nothing to shard
+    if rows.sharded and n % rows.mesh.shape[rows.axis]:
+        a = _padded(a, -n % rows.mesh.shape[rows.axis], triangle)
+    return _placed(a, rows, mesh, P(rows.axis, None)), rows, n
 
 
-def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "nan"):
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _padded(a, extra: int, triangle: str | None = None):
+    """A as the leading block of diag(A, d I), of an order that the devices
+    divide (sharded rows must divide evenly): the same solution in the
+    leading rows, 0 in the rest (no pivot or update mixes the blocks).
+    d, a power of two at most max |a_ij| (1 for A = 0), leaves ||A||_inf,
+    the residual floor (refine.norms) and the Cholesky's scaling as they are;
+    it is taken from the triangle read (the other may hold anything)."""
+    read = {"upper": jnp.triu, "lower": jnp.tril}.get(triangle, lambda m: m)
+    largest = jax.lax.stop_gradient(jnp.max(jnp.abs(read(a))))
+    d = 1 / blk.power_of_two_near_inverse(largest)  # 2^(e-1) <= largest < 2^e; 1 for 0
+    n = a.shape[0]
+    out = jnp.pad(a, ((0, extra), (0, extra)))
+    return out.at[jnp.arange(n, n + extra), jnp.arange(n, n + extra)].set(d.astype(a.dtype))
+
+
+def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "nan",
+              order: int | None = None):
     stored = None
     if kind == "spd" and rows.sharded:
         a = _read(a, triangle != "lower", rows)
@@ -161,7 +204,7 @@ def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "n
         stored = "lower" if triangle == "lower" else "upper"
     cfg = _config(kind, a)
     f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE, triangle=stored)
-    return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure, stored)
+    return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure, stored, order)
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1, 2))
@@ -176,7 +219,13 @@ def _read(a, upper: bool, rows: placement.Rows):
 
 @_read.defjvp
 def _read_jvp(upper, rows, primals, tangents):
-    return _read(primals[0], upper, rows), tangents[0]
+    # the tangent placed as the primal is (a padded a's tangent is not yet)
+    return _read(primals[0], upper, rows), _row_placed(tangents[0], rows=rows)
+
+
+@functools.partial(jax.jit, static_argnames=("rows",))
+def _row_placed(t, *, rows: placement.Rows):
+    return placement.call(rows, lambda t: t, P(rows.axis, None), t)
 
 
 @functools.partial(jax.jit, static_argnames=("upper", "rows"))
@@ -188,11 +237,14 @@ def _hermitian(a, *, upper: bool, rows: placement.Rows):
 
 
 def _placed(x, rows: placement.Rows, mesh, spec):
-    """A concrete array on the (concrete) mesh the solve runs over: a NumPy
-    or one-device array is moved there; traced ones are placed by jit."""
-    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh) or arguments.is_traced(x):
+    """An array on the (concrete) mesh the solve runs over: a NumPy or
+    one-device array is moved there; a traced one is resharded (under vmap
+    a NumPy a is traced, and the solve's programs would have no devices)."""
+    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh):
         return x
     want = jax.sharding.NamedSharding(mesh, spec)
+    if arguments.is_traced(x):
+        return jax.sharding.reshard(x, want)
     if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(want, x.ndim):
         return x
     return jax.device_put(x, want)
@@ -214,13 +266,15 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
           on_failure: str = "nan"):
     """x with a x = b at float64 accuracy (replicated), and its RefinementInfo:
     factored and solved in one program, eager or traced alike."""
-    a, rows = _matrix(a, mesh, spec)
-    b, b2 = _rhs(b, a, rows)
+    a, rows, n = _matrix(a, mesh, spec, triangle if kind == "spd" else None)
+    b, b2 = _rhs(b, a, n, rows)
+    if n == 0:
+        return _result(b, *_empty(b2), kind, on_failure)
     route = "irs" if kind == "general" and not rows.sharded and a.shape[0] >= IRS_FROM \
         and b2.shape[1] == 1 and irs.available() else "blocked"
     x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route,
                                   settings=IRS)
-    return _result(b, x, record, kind, on_failure)
+    return _result(b, x[:n], record, kind, on_failure)
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "route", "settings"))
@@ -248,19 +302,34 @@ def solve_with(f: MixedFactor, b, trans: int = 0, *, kind: str):
         (call, maker), (other_call, other_maker) = _CALLS[kind], _CALLS[f.kind]
         raise TypeError(f"jaxmg.{call} takes {maker}'s factor; this one is {other_maker}'s "
                         f"(solve with jaxmg.{other_call})")
-    b, b2 = _rhs(b, f.a, f.rows, other="the factor")
-    x, record = _solve(f, b2, trans=trans)
-    return _result(b, x, record, f.kind, f.on_failure)
+    n = f.a.shape[0] if f.order is None else f.order
+    b, b2 = _rhs(b, f.a, n, f.rows, other="the factor")
+    x, record = _empty(b2) if n == 0 else _solve(f, b2, trans=trans)
+    return _result(b, x[:n], record, f.kind, f.on_failure)
 
 
-def _rhs(b, a, rows: placement.Rows, other: str = "a"):
-    """b checked against a, and as the (N, K) matrix the solves take, placed."""
+def _rhs(b, a, n: int, rows: placement.Rows, other: str = "a"):
+    """b checked against a (of order n), and as the (N, K) matrix the solves
+    take (zero rows below n where a is padded), placed."""
     b = arguments.as_array(b, "b")
-    n = a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
     arguments.check_same_dtype(b, a.dtype, other=other)
-    return b, _placed(b.reshape(n, -1), rows, _mesh_of(a), P())
+    k = b.shape[1] if b.ndim == 2 else 1  # explicit: reshape(0, -1) has no answer
+    b2 = b.reshape(n, k)
+    if a.shape[0] > n:
+        b2 = jnp.pad(b2, ((0, a.shape[0] - n), (0, 0)))
+    return b, _placed(b2, rows, _mesh_of(a), P())
+
+
+def _empty(b):
+    """The solve of a 0 x 0 system: x = b (0 rows), nothing refined, as
+    jax.scipy.linalg.solve returns an empty x."""
+    k = b.shape[1]
+    record = RefinementInfo(jnp.zeros((k,), jnp.int32), jnp.zeros((k,), bool),
+                            jnp.zeros((k,), bool), jnp.zeros((k,), jnp.finfo(b.dtype).dtype),
+                            jnp.zeros((), jnp.int32), jnp.zeros((), jnp.int32))
+    return jnp.zeros_like(b), record
 
 
 def _result(b, x, record, kind: str, on_failure: str):

@@ -122,21 +122,49 @@ class _State:
 def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     """Solves A x = b (b: (N, K)) to the float64 floor. matvec(X) = A X and
     precondition(R) ~ A^{-1} R, both at b's precision. start_ok: False skips
-    everything (a failed factorisation): every column then fails.
+    everything (a failed factorisation): every column then fails. A column
+    of b that is not finite fails too, and its x is NaN.
 
     Returns (x, iterations, gmres, converged, berr) per column: the
     low-precision solves spent, whether GMRES-IR ran, whether it converged,
     and the backward error of x.
+
+    Each column is refined scaled by the power of two (exact) that brings
+    its largest entry into [1, 2), and x scaled back: for b of entries near
+    1e-300 the residuals would be subnormal, which XLA's CPU code flushes to
+    zero, and refinement would stop at once at a backward error of 0 with x
+    at the low precision's accuracy. The backward error is unchanged by it.
     """
+    scale = column_scale(b)
+    x, *rest = _refine(matvec, precondition, b * scale.astype(b.dtype), anorm, floor, opts,
+                       start_ok=start_ok)
+    return (x / scale.astype(x.dtype), *rest)
+
+
+def column_scale(b):
+    """Per column, 2^(1 - e) for max_i |b_ij| = m 2^e, 1/2 <= m < 1; 1 where
+    the column is 0 or not finite."""
+    big = jnp.max(jnp.abs(b), axis=0)
+    ok = jnp.isfinite(big) & (big > 0)
+    _, e = jnp.frexp(jnp.where(ok, big, 1))
+    return jnp.where(ok, jnp.ldexp(jnp.ones_like(big), 1 - e), 1)
+
+
+def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     n, k = b.shape
     tol = tolerance(n, floor)
     budget = opts.max_iterations
     zero = jnp.zeros((k,), bool)
+    # A column of b holding a NaN or inf has no finite solution: it is not
+    # refined (no step could be judged better than x = 0) and comes back NaN,
+    # not as the x = 0 it starts from, as a float64 solve propagates it.
+    finite = jnp.all(jnp.isfinite(b), axis=0)
     s = _State(
         x=jnp.zeros_like(b),
         r=b,
-        berr=jnp.where(jnp.any(b != 0, axis=0), 1.0, 0.0).astype(anorm.dtype),
-        active=start_ok & jnp.any(b != 0, axis=0),
+        berr=jnp.where(finite, jnp.where(jnp.any(b != 0, axis=0), 1.0, 0.0), jnp.inf
+                       ).astype(anorm.dtype),
+        active=start_ok & finite & jnp.any(b != 0, axis=0),
         handover=zero,
         settled=zero,
         iterations=jnp.zeros((k,), jnp.int32),
@@ -192,7 +220,7 @@ def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     else:
         ran = zero
     converged = start_ok & (s.settled | (s.berr <= floor))
-    return s.x, s.iterations, ran, converged, s.berr
+    return jnp.where(finite, s.x, jnp.nan), s.iterations, ran, converged, s.berr
 
 
 def _out_of_reach(berr, gain, used, tol, left):

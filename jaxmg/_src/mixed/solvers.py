@@ -13,19 +13,22 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jax import lax
+from jax import custom_batching, lax
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement, refine as rf
 
 
 class Refinement(NamedTuple):
-    """What a mixed-precision solve did, per column of b (shape b.shape[1:]):
+    """What a mixed-precision solve did: per column of b (shape b.shape[1:])
+    for iterations, gmres, fallback and backward_error; factor_info and info
+    describe the matrix, one int32 per matrix (as precision="highest"'s info).
 
     iterations: low-precision solves, the first included (the refinement's cost).
     gmres: whether GMRES-IR ran. fallback: the column did not converge and
     the float64 factorisation solved it (with fallback=False: it is left to
-    the caller, x holding the best refined value). backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
+    the caller, x holding the best refined value; a column of b that is not
+    finite fails so, and its x is NaN). backward_error: ||b - A x||_inf / (||A||_inf ||x||_inf
     + ||b||_inf) of the returned x. factor_info: the low-precision
     factorisation's info (its failing order, or 0). info: 0, or > 0 where the
     fallback ran and the float64 factorisation failed too (the matrix is not
@@ -156,8 +159,16 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
             if int(info) != 0:
                 f, info = factor(a, scale, cfg=again, rows=rows)
         else:
-            f, info = lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows),
-                               lambda: (f, info))
+            # Under vmap one matrix at a time: the cond would become a select, which
+            # runs the retry for every matrix, and which explicit sharding refuses
+            # (a batched predicate against row-sharded cases). The factor is not
+            # differentiated (the solves refine against a), so no tangents enter.
+            def retried(a, scale, f, info):
+                return lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows),
+                                lambda: (f, info))
+
+            f, info = custom_batching.sequential_vmap(retried)(
+                *lax.stop_gradient((a, scale, f, info)))
     return f, info, norms
 
 
@@ -234,7 +245,8 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
         else:
             x64, info = _general_fallback(a, b, anorm, floor, rows, cfg, factor_info, matvec, adjoint)
         x = jnp.where(converged, x, x64)
-        return x, rf.backward_error(b - matvec(x), x, b, anorm), info
+        s = rf.column_scale(b).astype(b.dtype)  # as refine measures it: no subnormal residual
+        return x, rf.backward_error(b * s - matvec(x * s), x * s, b * s, anorm), info
 
     info = jnp.zeros((), jnp.int32)
     if fallback:
