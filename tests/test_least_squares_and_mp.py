@@ -48,12 +48,11 @@ def test_qr_is_orthonormal_and_upper_triangular(dtype):
 def test_refusals_name_the_argument_and_the_fix():
     m = helpers.mesh(2)
     with pytest.raises(ValueError, match="mode must be one of"):
-        jaxmg.qr(helpers.rows(np.ones((4, 6)), m), mode="full")
+        jaxmg.qr(helpers.rows(np.ones((4, 6)), m), mode="economic")
     tall = helpers.rows(np.ones((6, 4)), m)
     with pytest.raises(ValueError, match=r"b must have shape \(6,\)"):
         jaxmg.lstsq(tall, np.ones(5))
-    with pytest.raises(TypeError, match="cast with b.astype"):
-        jaxmg.lstsq(tall, np.ones(6, np.float32))
+    assert jaxmg.lstsq(tall, np.ones(6, np.float32))[0].dtype == np.float64  # promoted, as JAX does
     with pytest.raises(ValueError, match="backend in"):
         jaxmg.qr(tall, backend="jaxmg")
 
