@@ -22,7 +22,7 @@ N = 4096
 @pytest.fixture
 def irs_from_n(monkeypatch):
     """The public solve sends order-N systems of one right-hand side to
-    cuSOLVER (by default only from 16384, where it is the faster route)."""
+    cuSOLVER (by default only from 32768, where it is as fast as the blocked LU and falls back sooner)."""
     monkeypatch.setattr(api, "IRS_FROM", N)
 
 
@@ -94,7 +94,7 @@ def test_off_a_gpu_the_irs_route_runs_the_blocked_lu(rng):
 
 
 def test_the_measured_defaults():
-    assert api.IRS_FROM == 16384 and api.IRS == irs.Settings("fp16", "classical_gmres", 30)
+    assert api.IRS_FROM == 32768 and api.IRS == irs.Settings("fp16", "classical_gmres", 30)
 
 
 @gpu

@@ -18,3 +18,15 @@ def pytest_report_header(config):
     import importlib.util
 
     return f"jaxmg from {importlib.util.find_spec('jaxmg').origin}"
+
+
+@pytest.fixture(scope="module")
+def cusolvermp():
+    """Skips a module whose calls run backend="mp" where cuSOLVERMp does not load
+    (its wheel is not installed: tools/gpu_check installs it from .whl/)."""
+    from jaxmg._src.engines import mp
+
+    try:
+        mp.load()
+    except (RuntimeError, OSError) as error:
+        pytest.skip(f"needs cuSOLVERMp: {str(error).splitlines()[0][:300]}")

@@ -18,6 +18,7 @@ from jaxmg._src.engines import mp
 
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 RANKS = ["1", "2", "1x2", "2x1"] if len(jax.devices()) >= 2 else ["1"]
+pytestmark = pytest.mark.usefixtures("cusolvermp")
 
 
 def _mesh(kind):

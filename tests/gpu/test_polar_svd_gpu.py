@@ -14,6 +14,7 @@ import jaxmg
 DTYPES = [np.float32, np.float64, np.complex64, np.complex128]
 RANKS = [1, 2] if len(jax.devices()) >= 2 else [1]
 SHAPES = [(400, 256), (256, 256), (256, 384)]
+pytestmark = pytest.mark.usefixtures("cusolvermp")
 
 
 def _mesh(ranks):

@@ -44,13 +44,15 @@ GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
-# solve(assume_a="gen") of one right-hand side on one GPU from N = 16384:
+# solve(assume_a="gen") of one right-hand side on one GPU from N = 32768:
 # cuSOLVER's iterative-refinement solver (irs.py: FP16 LU, classic refinement
-# with GMRES corrections), where it beat the blocked LU above (N=32768: 406
-# ms against 525; 8192: 49 against 42; 4 columns at 16384: 186 against JAX's
-# 150), in docs/benchmarks.md.
+# with GMRES corrections). Once the blocked LU applied its row interchanges by
+# a gather the two tied at N=32768, cond 10 (406 ms against 413), and cuSOLVER
+# falls back sooner from cond 1e4 (1173 against 1310); at N=16384 the blocked
+# LU is faster (106 against 124), as it is with several columns (cuSOLVER,
+# 4 at 16384: 186 against JAX's 150). tools/irs_probe.py, docs/benchmarks.md.
 IRS = irs.Settings()
-IRS_FROM = 16384
+IRS_FROM = 32768
 
 RefinementInfo = solvers.Refinement
 
