@@ -1,0 +1,139 @@
+"""Measures whether a blocked LU whose trailing updates run on tensor cores,
+with the next panel factored beside them (look-ahead on a second stream), can
+reach the mixed-precision LU target on one GPU: the factorisation's GPU time
+and the backward error after each step of classic float64 refinement, against
+JAX native float64 (lu_factor + lu_solve), on the benchmark's U S V^T
+matrices. The LU is tools/lookahead_probe.cc (cuSOLVER getrf panels, laswp,
+cuBLAS trsm and GEMMs: FP32, TF32, or TF32x3 from operands split exactly as
+x = tf32(x) + rest), built here with the CUDA toolkit's g++ line below.
+
+    PYTHONPATH=. python tools/lookahead_probe.py [--sizes 32768]
+        [--variants 2048:tf32:1 2048:tf32x3:1 ...] [--steps 6]
+
+Needs a CUDA GPU, g++ and the toolkit (CUDA_HOME, default /usr/local/cuda).
+Prints a line per variant and a table, and writes $OUT/lookahead_probe.json
+(OUT defaults to /tmp).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import subprocess
+import tempfile
+import time
+
+import jax
+import jax.numpy as jnp
+import jax.scipy.linalg as jsl
+
+jax.config.update("jax_enable_x64", True)
+
+from tools.bench import matrices  # noqa: E402
+
+UPDATES = ("fp32", "tf32", "tf32x3")  # the enum of lookahead_probe.cc
+DEFAULT_VARIANTS = ("32768:fp32:0", "2048:fp32:0", "2048:fp32:1", "2048:tf32:0", "2048:tf32:1",
+                    "1024:tf32:1", "512:tf32:1", "4096:tf32:1", "2048:tf32x3:0",
+                    "2048:tf32x3:1", "1024:tf32x3:1")
+
+
+def variant(text: str) -> tuple[int, str, bool]:
+    """--variants' NB:UPDATE:LOOKAHEAD (panel width, UPDATES, 0 or 1)."""
+    nb, update, ahead = (text.split(":") + ["", ""])[:3]
+    if not nb.isdigit() or int(nb) < 1 or update not in UPDATES or ahead not in ("0", "1"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not NB:UPDATE:LOOKAHEAD with UPDATE in {UPDATES} and LOOKAHEAD 0 or 1")
+    return int(nb), update, ahead == "1"
+
+
+def load_library():
+    here = os.path.dirname(os.path.abspath(__file__))
+    cuda = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    out = os.path.join(tempfile.gettempdir(), "lookahead_probe.so")
+    subprocess.run(["g++", "-O2", "-std=c++17", "-shared", "-fPIC", f"-I{cuda}/include",
+                    os.path.join(here, "lookahead_probe.cc"), f"-L{cuda}/lib64", "-lcusolver",
+                    "-lcublas", "-lcudart", "-o", out], check=True)
+    jax.devices()  # JAX's CUDA libraries first: the probe's sonames resolve to them
+    lib = ctypes.CDLL(out)
+    lib.lu_lookahead.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                 ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
+                                 ctypes.POINTER(ctypes.c_float)]
+    return lib
+
+
+@jax.jit
+def _solve(lu, pivots, r):
+    return jsl.lu_solve((lu, pivots), r.astype(jnp.float32)).astype(jnp.float64)
+
+
+def factor(lib, a, nb: int, update: str, lookahead: bool):
+    """(lu, pivots, info, ms): the probe's LU of float32 `a`, as jax.scipy's."""
+    n = a.shape[0]
+    # A^T row-major is A column-major; the probe overwrites this fresh buffer.
+    work = jax.block_until_ready(jnp.asarray(a.T, jnp.float32) + 0)
+    ipiv = jax.block_until_ready(jnp.zeros((n,), jnp.int32) + 0)
+    info, ms = ctypes.c_int(0), ctypes.c_float(0)
+    rc = lib.lu_lookahead(work.unsafe_buffer_pointer(), n, nb, UPDATES.index(update),
+                          int(lookahead), ipiv.unsafe_buffer_pointer(), ctypes.byref(info),
+                          ctypes.byref(ms))
+    if rc != 0:
+        raise RuntimeError(f"lu_lookahead failed (rc {rc}); its message is on stderr")
+    pivots = ((jnp.arange(n) // nb) * nb + ipiv - 1).astype(jnp.int32)
+    return work.T, pivots, info.value, ms.value
+
+
+def refinement(a, b, lu, pivots, steps: int) -> list[float]:
+    """Normwise backward errors of x after 0, 1, ... classic refinement steps."""
+    anorm = jnp.max(jnp.sum(jnp.abs(a), axis=1))
+    x, errors = _solve(lu, pivots, b), []
+    for _ in range(steps):
+        r = b - a @ x
+        errors.append(float(jnp.max(jnp.abs(r)) / (anorm * jnp.max(jnp.abs(x)) + jnp.max(jnp.abs(b)))))
+        if not errors[-1] > 1e-17:
+            break
+        x = x + _solve(lu, pivots, r)
+    return errors
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=int, nargs="+", default=[32768])
+    p.add_argument("--cond", type=float, default=10)
+    p.add_argument("--variants", type=variant, nargs="+", metavar="NB:UPDATE:LOOKAHEAD",
+                   default=[variant(v) for v in DEFAULT_VARIANTS])
+    p.add_argument("--steps", type=int, default=6, help="refinement steps to record")
+    args = p.parse_args()
+    lib = load_library()
+    out_path = os.path.join(os.environ.get("OUT", "/tmp"), "lookahead_probe.json")
+    records = []
+    native = jax.jit(lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b))
+    for n in args.sizes:
+        a = jax.block_until_ready(matrices.conditioned(n, "float64", "general", args.cond, seed=1))
+        b = jax.random.normal(jax.random.key(2), (n,), jnp.float64)
+        jax.block_until_ready(native(a, b))
+        t = time.perf_counter()
+        jax.block_until_ready(native(a, b))
+        records.append({"n": n, "variant": "jax native float64 solve", "ms": 1e3 * (time.perf_counter() - t)})
+        factor(lib, a, min(2048, n), "tf32", True)  # cuBLAS and cuSOLVER warm up
+        for nb, update, ahead in args.variants:
+            nb = min(nb, n)
+            lu, pivots, info, ms = factor(lib, a, nb, update, ahead)
+            records.append({"n": n, "variant": f"nb {nb} {update} look-ahead {int(ahead)}",
+                            "ms": ms, "info": info,
+                            "backward_errors": refinement(a, b, lu, pivots, args.steps)})
+            del lu, pivots
+        for r in records[-len(args.variants) - 1:]:
+            print(json.dumps(r), flush=True)
+        with open(out_path, "w") as f:
+            json.dump(records, f, indent=1)
+        del a
+    print(f"\n{'N':>6} | {'variant':<28} | {'ms':>7} | backward error after 0, 1, 2, ... steps")
+    for r in records:
+        errors = " ".join(f"{e:.1e}" for e in r.get("backward_errors", []))
+        print(f"{r['n']:>6} | {r['variant']:<28} | {r['ms']:7.1f} | {errors}")
+
+
+if __name__ == "__main__":
+    main()
