@@ -127,13 +127,13 @@ def _mp_lstsq(a, b, rcond, placement):
         q, r, info = mp.qr(a, placement)
         u, s, vh, s_inv, rank = _pseudo_inverse_factor(r, rcond)
         qhb = matmul_highest(adjoint(q), whole_b, placement, P())
-        x = adjoint(vh) @ (s_inv[:, None] * (adjoint(u) @ qhb))
+        x = matmul_highest(adjoint(vh), s_inv[:, None] * matmul_highest(adjoint(u), qhb))
     else:
         # A^H = Q R, so A = R^H Q^H = V S U^H Q^H with R = U S V^H: x = Q U S^+ V^H b.
         a_h = sharding.constrain_result(adjoint(a), placement, P(placement.axis, None))
         q, r, info = mp.qr(a_h, placement)
         u, s, vh, s_inv, rank = _pseudo_inverse_factor(r, rcond)
-        y = u @ (s_inv[:, None] * (vh @ whole_b))
+        y = matmul_highest(u, s_inv[:, None] * matmul_highest(vh, whole_b))
         x = matmul_highest(q, y, placement, P())
     return x, s, rank, info
 

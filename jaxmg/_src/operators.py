@@ -33,16 +33,17 @@ def matvec(a, layout: Layout, b, trans=0):
     placement = layout.placement
     spec = getattr(jax.typeof(b).sharding, "spec", None)
     if not sharding.is_explicit(placement) or spec is None:
-        return lambda x: op(a, trans) @ x
+        return lambda x: sharding.matmul_highest(op(a, trans), x)
     if layout.n % placement.n_devices:  # explicit and uneven: all replicated
-        return lambda x: sharding.constrain(op(a, trans) @ x, placement, spec)
+        return lambda x: sharding.constrain(sharding.matmul_highest(op(a, trans), x), placement,
+                                            spec)
     axis = placement.axis
     rows = P(axis, None) if b.ndim == 2 else P(axis)
     if trans == 0:
-        body, in_specs, out_specs = (lambda ab, xb: ab @ xb), (layout.row_spec, P()), rows
+        body, in_specs, out_specs = sharding.matmul_highest, (layout.row_spec, P()), rows
     else:
         def body(ab, xb):
-            return jax.lax.psum(op(ab, trans) @ xb, axis)
+            return jax.lax.psum(sharding.matmul_highest(op(ab, trans), xb), axis)
 
         in_specs, out_specs = (layout.row_spec, rows), P()
     product = jax.shard_map(body, mesh=placement.mesh, in_specs=in_specs, out_specs=out_specs)

@@ -62,10 +62,11 @@ def constrain_result(x, placement: Placement, spec):
     return constrain(x, placement, _even(x.shape, placement, spec))
 
 
-def matmul(x, y, placement: Placement, spec, precision=None):
+def matmul(x, y, placement: Placement, spec, precision=jax.lax.Precision.HIGHEST):
     """x @ y with its result sharded as `spec` (explicit sharding needs the
     output named where both contracted dimensions are sharded); a dimension
-    the devices cannot split evenly stays whole."""
+    the devices cannot split evenly stays whole. At full precision, as JAX's
+    own linear-algebra rules multiply (TF32 is the GPU default for float32)."""
     mm = functools.partial(jnp.matmul, precision=precision)
     if placement.mesh is None:
         return mm(x, y)
@@ -95,4 +96,4 @@ def matmul_highest(x, y, placement: Placement | None = None, spec=P()):
     1e-3 in the polar and SVD iterations."""
     if placement is None:
         return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
-    return matmul(x, y, placement, spec, precision=jax.lax.Precision.HIGHEST)
+    return matmul(x, y, placement, spec)

@@ -158,6 +158,6 @@ def _blocks(a_rows, b, *, lower, unit, axis, parts):
         block = a_rows[:, i * m:(i + 1) * m]
         mine = jsl.solve_triangular(block, rhs, lower=lower, unit_diagonal=unit)
         xi = jax.lax.psum(jnp.where(me == i, mine, jnp.zeros_like(mine)), axis)
-        rhs = rhs - block @ xi
+        rhs = rhs - sharding.matmul_highest(block, xi)
         x = x.at[i * m:(i + 1) * m].set(xi)
     return x
