@@ -336,7 +336,9 @@ def _lu_slogdet_jvp(layout, primals, tangents):
     inverse_t = _lu_solve_core(LUFactor(lu_, piv, a, info, layout), eye, 1, sharded)
     trace = jnp.sum(inverse_t * da)  # tr(A^-1 dA)
     if jnp.iscomplexobj(a):
-        return (sign, logabsdet), (sign * 1j * jnp.imag(trace), jnp.real(trace))
+        phase = jnp.imag(trace)
+        dsign = sign * jax.lax.complex(jnp.zeros_like(phase), phase)  # i Im(trace), no weak 1j
+        return (sign, logabsdet), (dsign, jnp.real(trace))
     return (sign, logabsdet), (jnp.zeros_like(sign), trace)
 
 
@@ -376,7 +378,7 @@ def _permutation_matrix(piv, n, dtype, layout):
     """p with a = p @ l @ u, rows sharded: p[perm[i], i] = 1 (P = p^T)."""
     piv = sharding.constrain(piv, layout.placement, P())
     perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)
-    rows = jnp.arange(n)[:, None]
+    rows = jnp.arange(n, dtype=perm.dtype)[:, None]
     p = (rows == perm[None, :]).astype(jnp.finfo(dtype).dtype)  # real, as jax.scipy's
     return sharding.constrain_result(p, layout.placement, layout.row_spec)
 

@@ -175,7 +175,7 @@ def _polar(a, *, placement, engine, side):
         w, s, vh = jnp.linalg.svd(sharding.constrain(a, placement, P()), full_matrices=False)
         u = _mm(w, vh)
         outer = _ct(vh) if side == "right" else w
-        p = _hermitian(_mm(outer * s.astype(a.dtype), _ct(outer)))
+        p = _hermitian(_mm(outer * s.astype(a.dtype)[None, :], _ct(outer)))
         info = jnp.int32(0)
     else:
         x = a if side == "right" else sharding.constrain_result(_ct(a), placement, rows)
@@ -212,10 +212,10 @@ def _mp_polar_jvp(placement, primals, tangents):
     dx = sharding.constrain_result(dx, placement, rows)
     udx = _mm(_ct(u), dx, placement, P())
     vh = _ct(v)
-    rhs = vh @ (udx - _ct(udx)) @ v
-    w = v @ (rhs / (s[:, None] + s[None, :]).astype(x.dtype)) @ vh
-    dh = _hermitian(udx - w @ h)
-    h_inv = (v / s.astype(x.dtype)) @ vh
+    rhs = _mm(_mm(vh, udx - _ct(udx)), v)
+    w = _mm(_mm(v, rhs / (s[:, None] + s[None, :]).astype(x.dtype)), vh)
+    dh = _hermitian(udx - _mm(w, h))
+    h_inv = _mm(v / s.astype(x.dtype)[None, :], vh)
     du = _mm(u, w, placement, rows) + _mm(dx - _mm(u, udx, placement, rows), h_inv, placement, rows)
     return (u, h, info), (du, dh, _zero_info(info))
 
@@ -305,13 +305,16 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
 @functools.partial(jax.jit, static_argnames=("placement", "compute_uv"))
 def _hermitian_svd(a, *, placement, compute_uv):
     # a = V diag(w) V^H = (V sign(w)) diag(|w|) V^H, sorted by |w| descending.
-    w, v = eigh.eigh(a, mesh=placement.mesh, spec=P(placement.axis, None))
+    # A mesh of None: a traced a with no sharding, which eigh places itself.
+    where = {} if placement.mesh is None else {"mesh": placement.mesh,
+                                               "spec": P(placement.axis, None)}
+    w, v = eigh.eigh(a, **where)
     order = jnp.argsort(-jnp.abs(w))
     s = jnp.abs(w)[order]
     if not compute_uv:
         return None, s, None, jnp.int32(0)
     v = sharding.constrain(v, placement, P())[:, order]
-    u = v * jnp.where(w[order] < 0, -1, 1).astype(v.dtype)
+    u = v * jnp.where(w[order] < 0, -1, 1).astype(v.dtype)[None, :]
     rows = P(placement.axis, None)
     return (sharding.constrain_result(u, placement, rows), s,
             sharding.constrain_result(_ct(v), placement, rows), jnp.int32(0))
@@ -395,8 +398,9 @@ def _mp_svd_tall_jvp(placement, primals, tangents):
     sc = s.astype(x.dtype)
     omega_u = f * (dp * sc[None, :] + sc[:, None] * _ct(dp))
     if jnp.iscomplexobj(x):
-        omega_u = omega_u + jnp.diag(1j * jnp.imag(jnp.diagonal(dp)) / s).astype(x.dtype)
+        phase = jnp.imag(jnp.diagonal(dp)) / s
+        omega_u = omega_u + jnp.diag(jax.lax.complex(jnp.zeros_like(phase), phase)).astype(x.dtype)
     omega_v = f * (sc[:, None] * dp + _ct(dp) * sc[None, :])
     du = _mm(u, omega_u, placement, rows) + (dxv - _mm(u, dp, placement, rows)) / sc[None, :]
-    dv = v @ omega_v
+    dv = _mm(v, omega_v)
     return (u, s, v, info), (du, ds, dv, _zero_info(info))

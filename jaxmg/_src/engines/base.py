@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from jax.sharding import PartitionSpec as P
@@ -123,8 +124,8 @@ def slogdet_from(diag, swaps, dtype):
     logabsdet = jnp.sum(jnp.log(magnitude))
     zero = jnp.any(magnitude == 0)
     if jnp.iscomplexobj(diag):
-        phase = jnp.sum(jnp.angle(diag)) + jnp.pi * swaps
-        sign = jnp.exp(1j * phase).astype(dtype)
+        phase = jnp.sum(jnp.angle(diag)) + jnp.pi * swaps.astype(magnitude.dtype)
+        sign = jax.lax.complex(jnp.cos(phase), jnp.sin(phase)).astype(dtype)
     else:
         flips = swaps + jnp.sum(diag < 0)
         sign = jnp.where(flips % 2 == 0, 1, -1).astype(dtype)

@@ -139,8 +139,8 @@ def _mirror_upper_blocks(r, axis):
     nd = n // nl
     received = jax.lax.all_to_all(r.reshape(nl, nd, nl), axis, split_axis=1, concat_axis=1)
     transposed = jnp.conj(received).transpose(2, 1, 0).reshape(nl, n)
-    rows = jnp.arange(nl)[:, None] + jax.lax.axis_index(axis) * nl
-    cols = jnp.arange(n)[None, :]
+    rows = jnp.arange(nl, dtype=jnp.int32)[:, None] + jax.lax.axis_index(axis) * nl
+    cols = jnp.arange(n, dtype=jnp.int32)[None, :]
     return jnp.where(rows <= cols, r, transposed)
 
 
@@ -159,7 +159,7 @@ def _block_cyclic_diagonal(factor, layout):
     n_devices, tile = placement.n_devices, layout.tile
 
     def body(block):
-        local = jnp.arange(block.shape[0])
+        local = jnp.arange(block.shape[0], dtype=jnp.int32)
         d = jax.lax.axis_index(placement.axis)
         g = ((local // tile) * n_devices + d) * tile + local % tile
         return block[local, g], g

@@ -414,7 +414,7 @@ def diagonal(x, placement, block):
     axis = placement.axes[0]
 
     def body(blk):
-        local = jnp.arange(blk.shape[0])
+        local = jnp.arange(blk.shape[0], dtype=jnp.int32)
         g = ((local // block) * r + jax.lax.axis_index(axis)) * block + local % block
         tile = g // block
         col = (tile // c) * block + g % block
@@ -502,7 +502,7 @@ class Mp(base.Engine):
         diag = jnp.where(g < layout.n, diag, 1)
         # Every rank's pivots cover all rows; the last row pivots with itself,
         # which gives the numbering's base.
-        rows = jnp.arange(piv.shape[0])
+        rows = jnp.arange(piv.shape[0], dtype=piv.dtype)
         swaps = jnp.sum(piv != rows + (piv[-1] - rows[-1]))
         return base.slogdet_from(diag, swaps, lu.dtype)
 
