@@ -70,16 +70,18 @@ class Native(base.Engine):
 
     def lu_slogdet(self, lu, piv, info, layout):
         diag = jnp.diagonal(lu)
-        swaps = jnp.sum(piv != jnp.arange(piv.shape[0]))
+        swaps = jnp.sum(piv != jnp.arange(piv.shape[0], dtype=piv.dtype))
         return base.slogdet_from(diag, swaps, lu.dtype)
 
     def syevd(self, a, layout, vectors):
-        a = _whole(a, layout.placement)
+        # a's upper triangle, read as the lower one of a^H: JAX's default
+        # triangle, so the vectors match jaxmg's LAPACK engine and JAX's own.
+        a = jnp.conj(_whole(a, layout.placement)).T
         if vectors:
-            w, v = jnp.linalg.eigh(a, UPLO="U", symmetrize_input=False)
+            w, v = jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
             v = sharding.constrain_result(v, layout.placement, P(None, layout.placement.axis))
         else:
-            w, v = jnp.linalg.eigvalsh(a, UPLO="U", symmetrize_input=False), None
+            w, v = jnp.linalg.eigvalsh(a, UPLO="L", symmetrize_input=False), None
         return w, v, _failed(w)
 
     def qr(self, a, placement):
