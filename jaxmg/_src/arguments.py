@@ -17,11 +17,17 @@ def check_rank2(a, name: str = "a") -> None:
         raise ValueError(f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}{hint}")
 
 
+class UnsupportedDtypeError(TypeError, NotImplementedError):
+    """A half-precision input: a TypeError, and the NotImplementedError that
+    JAX's own solvers raise for it."""
+
+
 def check_dtype(a, name: str = "a") -> np.dtype:
     dtype = jnp.dtype(a.dtype)
     if dtype in (jnp.float16, jnp.bfloat16):
-        raise TypeError(
-            f"jaxmg: {name} has dtype {dtype.name}, which the solvers do not support; "
+        raise UnsupportedDtypeError(
+            f"jaxmg: Unsupported dtype {dtype.name}: {name} has dtype {dtype.name}, which the "
+            "solvers do not support; "
             f"cast it first, e.g. {name}.astype(jnp.float32)"
         )
     if dtype not in config.SUPPORTED:
