@@ -62,12 +62,12 @@ def constrain_result(x, placement: Placement, spec):
     return constrain(x, placement, _even(x.shape, placement, spec))
 
 
-def matmul(x, y, placement: Placement, spec, precision=jax.lax.Precision.HIGHEST):
+def matmul(x, y, placement: Placement, spec):
     """x @ y with its result sharded as `spec` (explicit sharding needs the
     output named where both contracted dimensions are sharded); a dimension
     the devices cannot split evenly stays whole. At full precision, as JAX's
     own linear-algebra rules multiply (TF32 is the GPU default for float32)."""
-    mm = functools.partial(jnp.matmul, precision=precision)
+    mm = functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
     if placement.mesh is None:
         return mm(x, y)
     if is_explicit(placement):
