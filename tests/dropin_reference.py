@@ -282,6 +282,13 @@ def eigh(
     *,
     lower=True,
     eigvals_only=False,
+    b=None,
+    overwrite_a=False,
+    overwrite_b=False,
+    turbo=True,
+    eigvals=None,
+    type=1,  # noqa: A002
+    check_finite=True,
     mesh=None,
     spec=None,
     backend="auto",
@@ -289,8 +296,11 @@ def eigh(
     on_failure="nan",
 ):
     """jnp.linalg.eigh's UPLO/symmetrize_input and jax.scipy's lower/eigvals_only
-    (UPLO, when given, names the triangle; else lower does)."""
+    (UPLO, when given, names the triangle; else lower does); jax.scipy's
+    other keywords checked by jax.scipy.linalg.eigh itself."""
     _options(mesh, spec, backend, tile_size, on_failure)
+    if b is not None or eigvals is not None or type != 1:
+        jsl.eigh(gathered(a), b, eigvals=eigvals, type=type)  # raises JAX's NotImplementedError
     rows, a = _rows_of(a), gathered(a)
     _square(a)
     _uplo(UPLO, "UPLO", (None, "L", "U"))
@@ -350,9 +360,12 @@ def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto"):
 
 
 def svd(
-    a, full_matrices=True, compute_uv=True, hermitian=False, *, mesh=None, spec=None, backend="auto"
+    a, full_matrices=True, compute_uv=True, hermitian=False, *, overwrite_a=False,
+    check_finite=True, lapack_driver="gesdd", mesh=None, spec=None, backend="auto"
 ):
     _options(mesh, spec, backend)
+    if lapack_driver not in ("gesdd", "gesvd"):  # scipy's drivers; JAX ignores the name
+        raise ValueError(f"lapack_driver must be 'gesdd' or 'gesvd', got {lapack_driver!r}")
     rows, a = _rows_of(a), gathered(a)
     if a.ndim < 2:
         raise ValueError(f"a must be a matrix (..., M, N), got shape {a.shape}")

@@ -167,3 +167,27 @@ def test_errors_name_the_argument(rng):
         api.eigvalsh(a, UPLO="upper")
     with pytest.raises(ValueError, match=r"\ba\b"):
         api.eigh(dropin.place(np.ones((N, N // 2)), ROWS, mesh))
+
+
+def test_eigh_takes_jax_scipy_keywords(rng):
+    """jax.scipy.linalg.eigh's overwrite_a, overwrite_b, turbo and
+    check_finite change nothing."""
+    mesh = dropin.mesh(2, "auto")
+    a = dropin.place(dropin.spaced(rng, N, np.float64), ROWS, mesh)
+    w, v = api.eigh(a)
+    w2, v2 = api.eigh(a, overwrite_a=True, overwrite_b=True, turbo=False, check_finite=False)
+    np.testing.assert_array_equal(np.asarray(w2), np.asarray(w))
+    np.testing.assert_array_equal(np.asarray(v2), np.asarray(v))
+
+
+@pytest.mark.parametrize("keyword", [{"b": "eye"}, {"type": 2}, {"eigvals": (0, 2)}],
+                         ids=["b", "type", "eigvals"])
+def test_eigh_generalized_or_subset_raises_as_jax(rng, keyword):
+    """The generalized problem (b, type) and eigvals subsets: JAX's
+    NotImplementedError, naming the argument."""
+    a = dropin.spaced(rng, N, np.float64)
+    keyword = {k: (np.eye(N) if v == "eye" else v) for k, v in keyword.items()}
+    with pytest.raises(NotImplementedError):
+        jsl.eigh(a, **keyword)
+    with pytest.raises(NotImplementedError, match=rf"\b{next(iter(keyword))}\b"):
+        api.eigh(a, **keyword)

@@ -369,3 +369,17 @@ def test_svd_subset_by_index_raises_as_jnp_on_cpu(rng):
             jnp.linalg.svd(a, full, False, subset_by_index=(0, 2))
         with pytest.raises(want.type):
             jaxmg.svd(a, full, False, subset_by_index=(0, 2))
+
+
+def test_svd_takes_jax_scipy_keywords(rng):
+    """jax.scipy.linalg.svd's overwrite_a, check_finite and lapack_driver
+    change nothing; a driver scipy does not have is refused by name."""
+    mesh, dtype = dropin.mesh(2, "auto"), np.float64
+    a = dropin.place(dropin.general(rng, 8, dtype, m=M), ROWS, mesh)
+    want = api.svd(a, full_matrices=False, compute_uv=False)
+    for driver in ("gesdd", "gesvd"):
+        got = api.svd(a, full_matrices=False, compute_uv=False, overwrite_a=True,
+                      check_finite=False, lapack_driver=driver)
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    with pytest.raises(ValueError, match=r"\blapack_driver\b"):
+        api.svd(a, lapack_driver="gejsv")

@@ -81,7 +81,9 @@ UPLOS = (None, "L", "U")
 
 @returns_ready_on_cpus
 def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
-         tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
+         b=None, overwrite_a=False, overwrite_b=False, turbo=True, eigvals=None, type=1,
+         check_finite=True, tile_size=None, mesh=None, spec=None, backend="auto",
+         on_failure="nan"):
     """(eigenvalues ascending, eigenvectors as columns) like ``jnp.linalg.eigh``;
     the vectors are column-sharded, ``P(None, axis)``.
 
@@ -90,7 +92,12 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
     (a + a^H) / 2 (as JAX does by default), so both triangles count.
     lower, eigvals_only: jax.scipy.linalg.eigh's names (eigvals_only: the
     eigenvalues alone). a may have leading batch dimensions.
+    b, eigvals, type: the standard problem only, as in jax.scipy.linalg.eigh:
+    anything but b=None, eigvals=None and type=1 raises NotImplementedError.
+    overwrite_a, overwrite_b, turbo, check_finite: accepted and ignored.
     """
+    del overwrite_a, overwrite_b, turbo, check_finite
+    _check_standard_problem(b, eigvals, type)
     lower = arguments.check_flag(lower, "lower")
     if arguments.check_flag(eigvals_only, "eigvals_only"):
         return eigvalsh(a, UPLO if UPLO is not None else ("L" if lower else "U"),
@@ -99,6 +106,23 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
     uplo = UPLO if UPLO is not None else ("L" if lower else "U")
     return EighResult(*_eigen(a, True, uplo, symmetrize_input, tile_size, mesh, spec, backend,
                               on_failure))
+
+
+def _check_standard_problem(b, eigvals, type_):
+    if b is not None:
+        raise NotImplementedError(
+            "jaxmg: eigh solves the standard problem a v = w v only: b must be None (for the "
+            "generalized one with b positive definite, L = jaxmg.cholesky(b, lower=True) "
+            "turns it into the standard problem of L^-1 a L^-H)"
+        )
+    if eigvals is not None:
+        raise NotImplementedError(
+            "jaxmg: eigh has no eigvals (subset) argument: take w[lo:hi + 1] and v[:, lo:hi + 1] "
+            "of the full result"
+        )
+    if isinstance(type_, bool) or type_ != 1:
+        raise NotImplementedError(
+            f"jaxmg: eigh supports type=1 only (the standard problem), got type={type_!r}")
 
 
 @returns_ready_on_cpus

@@ -236,7 +236,8 @@ class SVDResult(typing.NamedTuple):
 
 @returns_ready_on_cpus
 def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index=None, *,
-        mesh=None, spec=None, backend="auto", return_info=False):
+        overwrite_a=False, check_finite=True, lapack_driver="gesdd", mesh=None, spec=None,
+        backend="auto", return_info=False):
     """Singular value decomposition ``a = u @ diag(s) @ vh``, like ``jnp.linalg.svd``.
 
     Args:
@@ -250,6 +251,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
         descending order), distributed by jaxmg.eigh.
       subset_by_index: not supported (jnp.linalg.svd has it only on TPU):
         anything but None raises, as jnp does on CPU and GPU.
+      overwrite_a, check_finite, lapack_driver: jax.scipy.linalg.svd's, accepted
+        and ignored (lapack_driver "gesdd" or "gesvd", as scipy's).
       mesh, spec, backend, return_info: as for :func:`jaxmg.polar`; backend
         "mp" is the polar decomposition a = U_p H followed by cuSOLVERMp's
         eigendecomposition of H (for a wide matrix, of a^H).
@@ -261,6 +264,8 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
       the columns of u belonging to exactly zero singular values come out
       zero, as in :func:`jaxmg.polar`.
     """
+    del overwrite_a, check_finite
+    arguments.check_choice(lapack_driver, "lapack_driver", ("gesdd", "gesvd"))
     full_matrices = arguments.check_flag(full_matrices, "full_matrices")
     compute_uv = arguments.check_flag(compute_uv, "compute_uv")
     hermitian = arguments.check_flag(hermitian, "hermitian")
