@@ -12,6 +12,7 @@
 #include "xla/ffi/api/ffi.h"
 #include "xla_ext/engines/mg/context.h"
 #include "xla_ext/engines/mg/engine.h"
+#include "xla_ext/ffi/device_matrix.h"
 #include "xla_ext/ffi/handler.h"
 #include "xla_ext/ffi/registry.h"
 #include "xla_ext/rendezvous/ipc_transport.h"
@@ -69,13 +70,9 @@ class Cuda {
   // The leader reads every participant's buffers once all have arrived, so
   // each waits for its stream first.
   Status Ready(const Operands& ops) {
-    const cuda::Api& api = cuda::api();
-    const rendezvous::Buffer& a = ops.buffers[engines::kA];
-    if (ops.a_in != nullptr && ops.a_in != a.data) {
-      JAXMG_CUDA(api.cudaMemcpyAsync(a.data, ops.a_in, a.bytes, cudaMemcpyDeviceToDevice,
-                                     stream_));
-    }
-    JAXMG_CUDA(api.cudaStreamSynchronize(stream_));
+    const Status copied = CopyOperandIntoResult(ops, stream_);
+    if (!copied.ok()) return copied;
+    JAXMG_CUDA(cuda::api().cudaStreamSynchronize(stream_));
     return Status::Ok();
   }
 

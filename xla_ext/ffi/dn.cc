@@ -5,6 +5,7 @@
 
 #include "xla/ffi/api/ffi.h"
 #include "xla_ext/engines/dn/engine.h"
+#include "xla_ext/ffi/device_matrix.h"
 #include "xla_ext/ffi/handler.h"
 #include "xla_ext/ffi/registry.h"
 #include "xla_ext/vendor/cuda.h"
@@ -68,12 +69,8 @@ ffi::Error OneDevice(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator
     s = ScratchWorkspace(scratch, bytes, "cuSOLVER workspace", &ops.buffers[engines::kWork].data);
   }
   if (!s.ok()) return ToFfi(s);
-  const rendezvous::Buffer& a = ops.buffers[kA];
-  if (ops.a_in != nullptr && ops.a_in != a.data) {
-    const cudaError_t e = cuda::api().cudaMemcpyAsync(a.data, ops.a_in, a.bytes,
-                                                      cudaMemcpyDeviceToDevice, stream);
-    if (e != cudaSuccess) return ToFfi(cuda::CudaError(e, "cudaMemcpyAsync", __FILE__, __LINE__));
-  }
+  s = CopyOperandIntoResult(ops, stream);
+  if (!s.ok()) return ToFfi(s);
   return ToFfi(engines::Run<T>(engine, call, {engines::Part<T>{&ops.buffers}}));
 }
 

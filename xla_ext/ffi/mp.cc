@@ -9,6 +9,7 @@
 
 #include "xla/ffi/api/ffi.h"
 #include "xla_ext/engines/mp/engine.h"
+#include "xla_ext/ffi/device_matrix.h"
 #include "xla_ext/ffi/handler.h"
 #include "xla_ext/ffi/registry.h"
 #include "xla_ext/vendor/cusolvermp.h"
@@ -45,14 +46,7 @@ class Mp {
     return Status::Ok();
   }
 
-  // The result starts as a copy of the operand unless XLA aliased them.
-  Status Ready(const Operands& ops) {
-    const rendezvous::Buffer& a = ops.buffers[engines::kA];
-    if (ops.a_in == nullptr || ops.a_in == a.data) return Status::Ok();
-    JAXMG_CUDA(cuda::api().cudaMemcpyAsync(a.data, ops.a_in, a.bytes, cudaMemcpyDeviceToDevice,
-                                           stream_));
-    return Status::Ok();
-  }
+  Status Ready(const Operands& ops) { return CopyOperandIntoResult(ops, stream_); }
 
  private:
   cudaStream_t stream_;
