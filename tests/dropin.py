@@ -285,6 +285,32 @@ def assert_close(got, want, dtype, n=N, condition=1.0, what="result", check_dtyp
         assert err <= bound, f"{label}: error {err:.3g} > {bound:.3g} (scale {scale:.3g})"
 
 
+def _assert_alike(got, want, dtype, condition, what):
+    """JAX's test helper's comparison (JaxTestCase.assertAllClose): an
+    iterable that is no array is a sequence, compared by len() and element
+    by element; arrays and scalars by value (assert_close)."""
+    if hasattr(want, "__array__") or np.isscalar(want):
+        assert hasattr(got, "__array__") or np.isscalar(got), f"{what}: {type(got).__name__}"
+        assert_close(got, want, dtype, condition=condition, what=what)
+        return
+    assert not hasattr(got, "__array__"), f"{what}: an array, expected a sequence"
+    assert len(got) == len(want), f"{what}: len {len(got)}, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        _assert_alike(g, w, dtype, condition, f"{what}[{i}]")
+
+
+def assert_sequence_close(got, want, dtype, condition=CONDITION, what="result"):
+    """got alike want (a tuple) as JAX's tests compare results, and indexed
+    as it: every index (negative too), slices, IndexError past the end."""
+    _assert_alike(got, want, dtype, condition, what)
+    for i in range(-len(want), len(want)):
+        _assert_alike(got[i], want[i], dtype, condition, f"{what}[{i}]")
+    for part in (slice(None, 1), slice(None, None, -1)):
+        _assert_alike(got[part], want[part], dtype, condition, f"{what}[{part}]")
+    with pytest.raises(IndexError):
+        got[len(want)]
+
+
 # ---- one call in one mode ------------------------------------------------------------------
 
 

@@ -5,6 +5,7 @@ round), solve(..., assume_a="pos", lower=) reading one triangle; against
 JAX in every mode on every mesh, NaN where the matrix is not positive
 definite (as JAX), errors naming the argument."""
 
+import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -75,6 +76,34 @@ def test_cho_factor_unpacks_as_c_lower(rng, case, lower):
         (ROWS,),
         rng,
     )
+
+
+@pytest.mark.parametrize("lower", [False, True])
+@pytest.mark.parametrize("devices, kind", [(0, "plain"), (3, "auto"), (2, "explicit")])
+def test_cho_factor_is_a_pair_as_jax(rng, devices, kind, lower):
+    """cho_factor's result, eager, jitted and vmapped, is a 2-sequence as
+    jax.scipy's (c, lower): len, indexing, slicing and iteration (JAX's tests
+    compare results by len() and element by element); its parts, taken by
+    index, go back into cho_solve."""
+    dtype = np.complex128
+    a, b = dropin.spd(rng, N, dtype), dropin.random(rng, (N, K), dtype)
+    mesh = None if kind == "plain" else dropin.mesh(devices, kind)
+    a_dev = dropin.place(a, dropin.PLAIN if mesh is None else ROWS, mesh)
+    want = jsl.cho_factor(dropin.promote(a), lower=lower)
+    got = api.cho_factor(a_dev, lower=lower)
+    dropin.assert_sequence_close(got, want, dtype, what="eager")
+    factor = jax.jit(lambda a: api.cho_factor(a, lower=lower))
+    with dropin.jit_context(mesh):
+        dropin.assert_sequence_close(factor(a_dev), want, dtype, what="jit")
+    x = api.cho_solve((got[0], got[1]), dropin.place(b, dropin.PLAIN if mesh is None else REP,
+                                                      mesh))
+    dropin.assert_close(x, jsl.cho_solve(want, b), dtype, condition=dropin.CONDITION)
+    # Under vmap, JAX's lower comes back as a batch of flags; only c is compared.
+    pair = np.stack([a, a.conj()])
+    batched = jax.vmap(lambda a: api.cho_factor(a, lower=lower))(jnp.asarray(pair))
+    assert len(batched) == 2 and bool(np.all(batched[1] == lower))
+    dropin.assert_close(batched[0], jsl.cho_factor(dropin.promote(pair), lower=lower)[0], dtype,
+                        condition=dropin.CONDITION)
 
 
 # (lower, b's shape and placement): turned over with the cases.

@@ -58,6 +58,29 @@ def test_lu_factor_unpacks_in_lapack_form(rng, devices, kind):
     check_lapack_form(a, lu, piv, dtype)
 
 
+@pytest.mark.parametrize("devices, kind", [(0, "plain"), (2, "auto"), (4, "explicit")])
+def test_lu_factor_is_a_pair_as_jax(rng, devices, kind):
+    """lu_factor's result, eager, jitted and vmapped, is a 2-sequence as
+    jax.scipy's (lu, piv): len, indexing, slicing and iteration (JAX's tests
+    compare results by len() and element by element); its parts, taken by
+    index, go back into lu_solve."""
+    dtype = np.float64
+    a, b = dropin.general(rng, N, dtype), dropin.random(rng, (N, K), dtype)
+    mesh = None if kind == "plain" else dropin.mesh(devices, kind)
+    a_dev = dropin.place(a, dropin.PLAIN if mesh is None else ROWS, mesh)
+    want = jsl.lu_factor(dropin.promote(a))
+    got = api.lu_factor(a_dev)
+    dropin.assert_sequence_close(got, want, dtype, what="eager")
+    with dropin.jit_context(mesh):
+        dropin.assert_sequence_close(jax.jit(api.lu_factor)(a_dev), want, dtype, what="jit")
+    x = api.lu_solve((got[0], got[-1]), dropin.place(b, dropin.PLAIN if mesh is None else REP,
+                                                      mesh))
+    dropin.assert_close(x, jsl.lu_solve(want, b), dtype, condition=dropin.CONDITION)
+    pair = np.stack([a, a.T])
+    dropin.assert_sequence_close(jax.vmap(api.lu_factor)(jnp.asarray(pair)),
+                                 jax.vmap(jsl.lu_factor)(dropin.promote(pair)), dtype, what="vmap")
+
+
 @pytest.mark.parametrize(
     "case, permute_l", dropin.sweep(also=("permute_l", (False, True)), small=True)
 )

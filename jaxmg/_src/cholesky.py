@@ -48,7 +48,8 @@ class CholeskyFactor:
 
     It unpacks as jax.scipy's ``(c, lower)``: c is the (N, N) triangular
     factor, rows sharded (``lower``: L with A = L L^H, else U with A = U^H U),
-    so ``c, lower = jaxmg.cho_factor(a)`` and jax.scipy.linalg.cho_solve work.
+    so ``c, lower = jaxmg.cho_factor(a)`` and jax.scipy.linalg.cho_solve work;
+    it indexes and has len 2 like that tuple too.
     """
 
     factor: jax.Array
@@ -65,6 +66,14 @@ class CholeskyFactor:
         for _ in range(self.factor.ndim - 2):  # a factor made under vmap, unpacked outside
             convert = jax.vmap(convert)
         return iter((convert(self), self.lower))
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        if isinstance(index, int) and index in (1, -1):  # no conversion for the flag
+            return self.lower
+        return tuple(self)[index]
 
 
 # --------------------------------------------------------------------------

@@ -46,6 +46,9 @@ class LUFactor:
     sharded like its columns) or JAX's own (lu, piv). a: the matrix, kept for
     derivatives (None when donated). info: 0, or k > 0 when U(k, k) is
     exactly zero.
+
+    A sequence of two as jax.scipy's ``(lu, piv)``: it unpacks, indexes and
+    has len 2 like that tuple (JAX's tests compare results by len and item).
     """
 
     lu: jax.Array
@@ -65,6 +68,12 @@ class LUFactor:
         for _ in range(self.lu.ndim - 2):  # a factor made under vmap, unpacked outside
             convert = jax.vmap(convert)
         return iter(convert(self.a, self.lu, self.piv))
+
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        return tuple(self)[index]
 
 
 TRANS = (0, 1, 2)
