@@ -191,3 +191,17 @@ def test_eigh_generalized_or_subset_raises_as_jax(rng, keyword):
         jsl.eigh(a, **keyword)
     with pytest.raises(NotImplementedError, match=rf"\b{next(iter(keyword))}\b"):
         api.eigh(a, **keyword)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128],
+                         ids=dropin.dtype_id)
+def test_eigvalsh_eager_as_jit_and_jax(rng, dtype):
+    """Eager eigvalsh equals its jitted self and jnp.linalg.eigvalsh within the
+    tolerance JAX's _CompileAndCheck allows (1e-6 for 32-bit types, 1e-15 for
+    64-bit ones): the eigenvalues of eigh, as JAX computes them."""
+    a = dropin.random(rng, (50, 50), dtype) * 3
+    h = (a + a.conj().T) / 2
+    tol = 1e-6 if np.finfo(dtype).bits == 32 else 1e-15
+    eager = np.asarray(api.eigvalsh(h))
+    np.testing.assert_allclose(np.asarray(jax.jit(api.eigvalsh)(h)), eager, rtol=tol, atol=tol)
+    np.testing.assert_allclose(np.asarray(jnp.linalg.eigvalsh(h)), eager, rtol=tol, atol=tol)

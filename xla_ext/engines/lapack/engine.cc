@@ -277,7 +277,9 @@ Status LapackEngine<T>::Syevd(const Call& call, const Parts& parts) {
   const BlockCyclicMatrix<T> a = Matrix(call, parts);
   std::vector<T> dense = Gather(a);
   std::vector<Real<T>> w(call.n);
-  char jobz = call.vectors ? 'V' : 'N';
+  // The vectors even when only the values are asked for: JAX's eigvalsh is its
+  // eigh without the vectors, and LAPACK's values-only path rounds otherwise.
+  char jobz = 'V';
   char uplo = 'L';
   lapack_int n = static_cast<lapack_int>(call.n);
   lapack_int status = 0;
