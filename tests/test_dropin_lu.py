@@ -9,6 +9,7 @@ JAX in every mode on every mesh; errors naming the argument."""
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+import jax.test_util
 import numpy as np
 import pytest
 
@@ -94,6 +95,37 @@ def test_lu(rng, case, permute_l):
         (ROWS,),
         rng,
     )
+
+
+SECOND_ORDER = {
+    "lu": lambda a: api.lu(a),
+    "lu-permute_l": lambda a: api.lu(a, permute_l=True),
+    "det": lambda a: api.det(a),
+    "slogdet": lambda a: api.slogdet(a),
+    "inv": lambda a: api.inv(a),
+    "solve": lambda a: api.solve(a, jnp.arange(1.0, 9.0, dtype=a.dtype)),
+}
+
+
+@pytest.mark.parametrize("name", list(SECOND_ORDER))
+@pytest.mark.parametrize(
+    "devices, jit, dtype",
+    [(0, False, np.float64), (2, True, np.complex128), (4, False, np.complex128),
+     (0, True, np.float64)],
+)
+def test_second_derivatives_as_jax(rng, name, devices, jit, dtype):
+    """Second-order forward and reverse derivatives (jax.test_util.check_grads
+    order=2, as JAX's tests of lu, det, slogdet and inv) on one device or rows
+    sharded, eager or jitted."""
+    n = 8
+    a = dropin.general(rng, n, dtype)
+    mesh = dropin.mesh(devices) if devices else None
+    a_dev = dropin.place(a, ROWS if mesh else dropin.PLAIN, mesh)
+    fn = jax.jit(SECOND_ORDER[name]) if jit else SECOND_ORDER[name]
+    context = dropin.jit_context(mesh) if jit else dropin.transform_context(mesh)
+    with context:
+        jax.test_util.check_grads(fn, (a_dev,), order=2, modes=["fwd", "rev"], atol=1e-5,
+                                  rtol=1e-5)
 
 
 def test_lu_reconstructs(rng):

@@ -407,10 +407,12 @@ def _plu_jvp(layout, primals, tangents):
     # P A = L U: L^-1 P dA U^-1 = L^-1 dL + dU U^-1, a strictly lower plus an
     # upper triangular part.
     (a,), (da,) = primals, tangents
-    p, l_, u = _plu_core(layout, a)
     f = factorise(a, layout)
-    lu_j, piv_j = _matrices(f.lu, f.piv, layout=layout)
-    _, _, dl, du = _lu_tangent(lu_j, piv_j, da, layout)
+    # The factors through _jax_form, differentiable in a: the tangent moves
+    # with a, so second derivatives hold (the bare factor is a constant).
+    lu_j, piv_j = _jax_form(layout, a, f.lu, f.piv)
+    l_, u, dl, du = _lu_tangent(lu_j, piv_j, da, layout)
+    p = _permutation_matrix(piv_j, a.shape[0], a.dtype, layout)
     return (p, l_, u), (jnp.zeros_like(p), dl, du)
 
 
