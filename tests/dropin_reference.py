@@ -108,8 +108,10 @@ def _rhs(a, b, name="b"):
 
 
 def _flag(value, name):
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False, got {value!r}")
+    """True or False, or 1 or 0 (Python's or NumPy's), as JAX takes them."""
+    integer = isinstance(value, (int, np.integer)) and value in (0, 1)
+    if not (isinstance(value, (bool, np.bool_)) or integer):
+        raise TypeError(f"{name} must be True or False (or 1 or 0), got {value!r}")
 
 
 def _uplo(value, name, allowed):
@@ -161,6 +163,7 @@ def cho_factor(
 
 def cho_solve(c_and_lower, b):
     c, lower = c_and_lower
+    _flag(lower, "lower")
     b_rows, c, b = _rows_of(b), gathered(c), gathered(b)
     _rhs(c, b)
     return _like_rows(jsl.cho_solve((c, lower), b), b_rows)

@@ -3,6 +3,8 @@ the fix."""
 
 from __future__ import annotations
 
+import operator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -57,11 +59,29 @@ def check_tile(tile_size) -> int | None:
     return int(tile_size)
 
 
+def integer_or_none(value) -> int | None:
+    """value as a Python int where it is one (bools, NumPy and concrete 0-d
+    integer arrays included), else None (floats, strings, tracers)."""
+    if isinstance(value, str):
+        return None
+    try:
+        if np.ndim(value) == 0 and jnp.dtype(getattr(value, "dtype", int)) == np.bool_:
+            return int(value)  # NumPy's and JAX's bools have no __index__
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def check_flag(value, name: str) -> bool:
-    """A boolean option: True or False (a truthy string or number is refused)."""
+    """A boolean option: True or False, or 0 or 1 as JAX takes them (other
+    numbers, floats and strings are refused)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise TypeError(f"jaxmg: {name} must be True or False, got {value!r}")
+    number = integer_or_none(value)
+    if number in (0, 1):
+        return bool(number)
+    error = ValueError if number is not None else TypeError
+    raise error(f"jaxmg: {name} must be True or False (or 1 or 0), got {value!r}")
 
 
 def check_choice(value, name: str, choices) -> None:

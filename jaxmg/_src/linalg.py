@@ -50,6 +50,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     """
     del overwrite_a, overwrite_b, debug, check_finite
     return_info = arguments.check_flag(return_info, "return_info")
+    lower = arguments.check_flag(lower, "lower")  # before the key: 1.0 == True
     mixed = mixed_api.check_precision(precision)
     tile = arguments.check_tile(tile_size)
     a, b = arguments.promote((a, "a"), (b, "b"))
@@ -60,7 +61,6 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
         return plan(a, b)
     _check_assume_a(assume_a)
     failures.check_on_failure(on_failure)
-    lower = arguments.check_flag(lower, "lower")
     pos = assume_a == "pos"
     if a.ndim > 2 or b.ndim > 2:
         return _batched(functools.partial(

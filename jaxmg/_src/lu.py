@@ -120,9 +120,9 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     """
     del overwrite_b, check_finite
     f = lu_and_piv
-    check_trans(trans)
+    trans = check_trans(trans)
     if isinstance(f, mixed_api.MixedFactor):
-        return mixed_api.solve_with(f, b, int(trans), kind="general")[0]
+        return mixed_api.solve_with(f, b, trans, kind="general")[0]
     if isinstance(f, LUFactor):
         b = arguments.rhs_like(b, f.lu.dtype)
         if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
@@ -131,7 +131,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
             fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
             return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
-        return _lu_solve(f, b, trans=int(trans),
+        return _lu_solve(f, b, trans=trans,
                          b_sharded=operators.is_row_sharded(b, f.layout.placement))
     if not isinstance(f, (tuple, list)) or len(f) != 2:
         raise TypeError(
@@ -148,7 +148,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     b = operators.as_rhs(b, lu_.shape[0])
     arguments.check_same_dtype(b, lu_.dtype, other="lu")
     placement = resolve_placement(lu_, None, None, "lu")
-    return _solve_with_matrices(lu_, piv, b, placement, int(trans))
+    return _solve_with_matrices(lu_, piv, b, placement, trans)
 
 
 @returns_ready_on_cpus
@@ -229,9 +229,12 @@ def _solve_with_matrices(lu_, piv, b, placement, trans: int):
     return jnp.zeros_like(w).at[perm].set(w)
 
 
-def check_trans(trans):
-    if isinstance(trans, bool) or trans not in TRANS or not isinstance(trans, (int, jnp.integer)):
+def check_trans(trans) -> int:
+    """trans as 0, 1 or 2; like JAX, any integer-like of those values (True too)."""
+    number = arguments.integer_or_none(trans)
+    if number not in TRANS:
         raise ValueError(f"jaxmg: trans must be 0 (A), 1 (A^T) or 2 (A^H), got {trans!r}")
+    return number
 
 
 # --------------------------------------------------------------------------
@@ -264,7 +267,7 @@ def _solve_with_factor(lu_, piv, info, b, *, layout: Layout, b_sharded: bool, tr
 
 def solve_with_factor(f: LUFactor, b, trans: int = 0, b_sharded=None):
     """X with op(A) X = B, op = A, A^T, A^H for trans 0, 1, 2 (no derivatives)."""
-    check_trans(trans)
+    trans = check_trans(trans)
     b = operators.as_rhs(b, f.layout.n)
     b2 = b[:, None] if b.ndim == 1 else b
     if b_sharded is None:

@@ -47,7 +47,8 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     """
     del overwrite_b, debug, check_finite
     arguments.check_choice(backend, "backend", BACKENDS)
-    if trans not in TRANS or isinstance(trans, bool):
+    code = TRANS.get(trans) if isinstance(trans, str) else arguments.integer_or_none(trans)
+    if code not in TRANS.values():
         raise ValueError(f"jaxmg: trans must be 0, 1, 2 or 'N', 'T', 'C', got {trans!r}")
     lower = arguments.check_flag(lower, "lower")
     unit_diagonal = arguments.check_flag(unit_diagonal, "unit_diagonal")
@@ -66,11 +67,11 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
             f"got {b.shape}"
         )
     if a.ndim > 2 or b.ndim > 2:
-        fn = functools.partial(solve_triangular, trans=trans, lower=lower,
+        fn = functools.partial(solve_triangular, trans=code, lower=lower,
                                unit_diagonal=unit_diagonal, mesh=mesh, spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
     placement = resolve_placement(a, mesh, spec, "a")
-    return triangular_solve(a, b, placement, lower=lower, trans=TRANS[trans],
+    return triangular_solve(a, b, placement, lower=lower, trans=code,
                             unit_diagonal=unit_diagonal, whole=backend == "jax")
 
 
