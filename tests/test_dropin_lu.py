@@ -250,3 +250,24 @@ def test_lu_of_a_rectangular_matrix_as_jax(rng, shape, permute_l):
     want_t = jax.jvp(lambda x: jsl.lu(x, permute_l=permute_l), (a,), (t,))[1]
     for g, w in zip(got_t, want_t):
         np.testing.assert_allclose(g, w, rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("shape", [(4, 6), (6, 4), (2, 4, 6)], ids=str)
+def test_lu_factor_of_a_rectangular_matrix_as_jax(rng, shape):
+    """jax.scipy.linalg.lu_factor of an (M, N) a: lu (M, N) and piv (K,),
+    eager and jitted, on one device or with rows sharded; derivatives as
+    JAX's."""
+    a = dropin.random(rng, shape, np.float64)
+    want = jsl.lu_factor(a)
+    inputs = [a] if len(shape) > 2 else [a, dropin.place(a, ROWS, dropin.mesh(2))]
+    for x in inputs:
+        for f in (jaxmg.lu_factor, jax.jit(jaxmg.lu_factor)):
+            got = f(x)
+            assert len(got) == 2
+            for g, w in zip(got, want):
+                assert np.shape(g) == w.shape and np.asarray(g).dtype == w.dtype
+                np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-12)
+    t = dropin.random(rng, shape, np.float64)
+    got_t = jax.jvp(lambda x: jaxmg.lu_factor(x)[0], (a,), (t,))[1]
+    want_t = jax.jvp(lambda x: jsl.lu_factor(x)[0], (a,), (t,))[1]
+    np.testing.assert_allclose(got_t, want_t, rtol=1e-10, atol=1e-10)

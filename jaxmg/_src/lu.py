@@ -86,12 +86,15 @@ TRANS = (0, 1, 2)
 
 @returns_ready_on_cpus
 def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, spec=None,
-              backend="auto", donate=False, on_failure="nan", precision="highest") -> LUFactor:
+              backend="auto", donate=False, on_failure="nan", precision="highest"):
     """LU factorisation with partial pivoting, kept sharded in the engine's
     layout for :func:`lu_solve` and :func:`slogdet`; it unpacks as
     jax.scipy's ``(lu, piv)``. precision="mixed": a MixedFactor (BF16
     tensor-core LU and a) that lu_solve refines against a. Arguments (and
-    leading batch dimensions) as for :func:`jaxmg.cho_factor`."""
+    leading batch dimensions) as for :func:`jaxmg.cho_factor`. A rectangular
+    (M, N) a gives jax.scipy's ``(lu, piv)`` tuple itself, from JAX's LU of
+    the whole matrix on one device (jaxmg's distributed engines factor square
+    matrices)."""
     del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
     a = arguments.inexact(a, "a")
@@ -103,6 +106,8 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
         fn = functools.partial(lu_factor, tile_size=tile_size, mesh=mesh, spec=spec,
                                backend=backend, on_failure=on_failure)
         return batching.broadcast_map(fn, (a,), (2,))
+    if a.ndim == 2 and a.shape[0] != a.shape[1]:
+        return _rectangular_lu_factor(a, placement=_whole_matrix(a, mesh, spec, "lu_factor"))
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
     f = factorise(a, layout, donate=donate)
     failures.report(f.info, on_failure, failures.SINGULAR)
@@ -168,11 +173,8 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
                                spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
     if a.ndim == 2 and a.shape[0] != a.shape[1]:
-        arguments.check_dtype(a, "a")
-        placement = resolve_placement(a, mesh, spec, "a")
-        if placement.manual:
-            raise ValueError("jaxmg.lu takes the global (sharded) matrix, not a shard_map block")
-        return _rectangular_lu(a, placement=placement, permute_l=permute_l)
+        return _rectangular_lu(a, placement=_whole_matrix(a, mesh, spec, "lu"),
+                               permute_l=permute_l)
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu")
     p, l_, u = _plu(a, layout=layout)
     if permute_l:
@@ -180,9 +182,23 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
     return p, l_, u
 
 
+def _whole_matrix(a, mesh, spec, what: str):
+    """The placement of a rectangular a, which JAX's LU factors whole."""
+    arguments.check_dtype(a, "a")
+    placement = resolve_placement(a, mesh, spec, "a")
+    if placement.manual:
+        raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")
+    return placement
+
+
 @functools.partial(jax.jit, static_argnames=("placement", "permute_l"))
 def _rectangular_lu(a, *, placement, permute_l):
     return jax.scipy.linalg.lu(sharding.constrain(a, placement, P()), permute_l=permute_l)
+
+
+@functools.partial(jax.jit, static_argnames=("placement",))
+def _rectangular_lu_factor(a, *, placement):
+    return jax.scipy.linalg.lu_factor(sharding.constrain(a, placement, P()))
 
 
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
