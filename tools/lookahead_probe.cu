@@ -200,7 +200,7 @@ __global__ void AddToInfo(const int* part, int offset, int* info) {
 
 struct TallPanel {
   cusolverDnHandle_t solver;
-  cublasHandle_t blas;
+  cublasHandle_t blas = nullptr;
   cudaStream_t stream;
   int max_blocks = 0;  // co-resident LeafLu blocks
   float* cand_val = nullptr;
@@ -210,7 +210,12 @@ struct TallPanel {
   int* leaf_info = nullptr;
 };
 
-int MakeTallPanel(TallPanel* t) {
+// The panel's cuBLAS handle (on `stream`, with `solver`) and its scratch.
+int MakeTallPanel(TallPanel* t, cusolverDnHandle_t solver, cudaStream_t stream) {
+  t->solver = solver;
+  t->stream = stream;
+  CHECK(cublasCreate(&t->blas));
+  CHECK(cublasSetStream(t->blas, stream));
   int device = 0, sms = 0, per_sm = 0;
   CHECK(cudaGetDevice(&device));
   CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -230,6 +235,7 @@ void FreeTallPanel(TallPanel* t) {
                   static_cast<void*>(t->cand_data), static_cast<void*>(t->diag_data),
                   static_cast<void*>(t->leaf_info)})
     if (p != nullptr) cudaFree(p);
+  if (t->blas != nullptr) cublasDestroy(t->blas);
 }
 
 // GEPP of the m x w column-major panel at a (m >= w, w a multiple of kLeaf,
@@ -290,11 +296,7 @@ extern "C" int lu_lookahead(float* a, int n, int nb, int update_kind, int lookah
   TallPanel tall;
   if (panel_kind == 1) {
     if (nb % kLeaf != 0) return 3;
-    tall.solver = solver;
-    tall.stream = panel_stream;
-    CHECK(cublasCreate(&tall.blas));
-    CHECK(cublasSetStream(tall.blas, panel_stream));
-    if (MakeTallPanel(&tall)) return 1;
+    if (MakeTallPanel(&tall, solver, panel_stream)) return 1;
   }
   int lwork = 0;
   CHECK(cusolverDnSgetrf_bufferSize(solver, n, nb, a, n, &lwork));
@@ -390,7 +392,6 @@ extern "C" int lu_lookahead(float* a, int n, int nb, int update_kind, int lookah
   for (cudaEvent_t e : {start, stop, joined}) cudaEventDestroy(e);
   if (panel_kind == 1) {
     FreeTallPanel(&tall);
-    cublasDestroy(tall.blas);
   }
   cusolverDnDestroy(solver);
   cublasDestroy(blas);
@@ -410,11 +411,7 @@ extern "C" int panel_only(float* a, int m, int w, int panel_kind, int repeats, i
   CHECK(cusolverDnCreate(&solver));
   CHECK(cusolverDnSetStream(solver, stream));
   TallPanel tall;
-  tall.solver = solver;
-  tall.stream = stream;
-  CHECK(cublasCreate(&tall.blas));
-  CHECK(cublasSetStream(tall.blas, stream));
-  if (MakeTallPanel(&tall)) return 1;
+  if (MakeTallPanel(&tall, solver, stream)) return 1;
   int lwork = 0;
   CHECK(cusolverDnSgetrf_bufferSize(solver, m, w, a, m, &lwork));
   float *work = nullptr, *copy = nullptr;
@@ -451,7 +448,6 @@ extern "C" int panel_only(float* a, int m, int w, int panel_kind, int repeats, i
     cudaFree(p);
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
-  cublasDestroy(tall.blas);
   cusolverDnDestroy(solver);
   cudaStreamDestroy(stream);
   return 0;
