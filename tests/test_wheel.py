@@ -107,8 +107,10 @@ def test_installed_wheel_solves_outside_the_tree(wheel, tmp_path):
                     "--no-deps", "--target", str(target), str(wheel)], check=True)
     script = """
 import jax, numpy as np, jaxmg
+import jaxmg.numpy, jaxmg.scipy.linalg
 from jax.sharding import NamedSharding, PartitionSpec as P
 from jaxmg._src import library
+assert jaxmg.scipy.linalg.qr(np.eye(3))[0].shape == (3, 3) and jaxmg.numpy.linalg.det(np.eye(2)) == 1
 mesh = jax.make_mesh((2,), ("x",))
 a = np.eye(6, dtype=np.float32) * 2 + 0.1
 x = jaxmg.solve(jax.device_put(a, NamedSharding(mesh, P("x", None))), np.ones((6, 1), np.float32), assume_a="pos")
