@@ -44,8 +44,9 @@ _MEMORY_MARGIN = 0.05
 
 def choose(routine: str, n: int, placement: Placement, backend: str,
            itemsize: int | None = None) -> base.Engine:
-    """The engine of this call. On CPU, auto always picks jaxmg (its purpose
-    there is to run the multi-device protocol). On GPUs of one machine it
+    """The engine of this call. On CPU, auto picks jaxmg on several devices
+    (its purpose there is to run the multi-device protocol) and JAX's solver
+    on one. On GPUs of one machine it
     picks cuSOLVERMg (faster than cuSOLVERMp there: LU 489 ms against 808 ms
     at N=32768 on two H200s, potrs 227 against 253) or JAX's solver below the
     crossovers; on GPUs of several machines, which cuSOLVERMg cannot span,
@@ -100,7 +101,9 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
     if backend != "auto":
         return _BY_NAME[backend]
     if platform == "cpu":
-        return mg.ENGINE
+        # One device has nothing to distribute: JAX's solver, as under jit
+        # without a mesh, so eager and jitted calls give the same bits.
+        return native.ENGINE if placement.n_devices == 1 else mg.ENGINE
     if placement.n_devices > 1 and routine in MP_ROUTINES and _machines(placement) > 1:
         mp.check(placement, routine)
         return mp.ENGINE

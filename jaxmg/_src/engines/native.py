@@ -53,6 +53,11 @@ class Native(base.Engine):
     def potri(self, a, layout):
         factor, info = self.cholesky(a, layout)
         inv = jsl.cho_solve((factor, False), jnp.eye(a.shape[0], dtype=a.dtype))
+        # Exactly Hermitian, as the engines' inverses: the lower triangle
+        # mirrored, a real diagonal.
+        lower = jnp.tril(inv, -1)
+        diagonal = jnp.real(jnp.diagonal(inv)).astype(inv.dtype)
+        inv = lower + jnp.conj(lower).mT + jnp.diag(diagonal)
         return sharding.constrain_result(inv, layout.placement, layout.row_spec), info
 
     def lu(self, a, layout):
