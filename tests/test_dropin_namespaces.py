@@ -186,3 +186,24 @@ def test_jaxmg_options_pass_through():
         msl.inv(a, no_such_option=1)
     with pytest.raises(ValueError, match="pivoting"):
         msl.qr(a, pivoting=True, backend="jaxmg")
+
+
+@pytest.mark.skipif(REFERENCE, reason="the top-level jaxmg.qr has no JAX counterpart")
+@pytest.mark.parametrize("call", [dict(pivoting=False), dict(pivoting=True),
+                                  dict(mode="economic", pivoting=False),
+                                  dict(mode="r", check_finite=True),
+                                  dict(mode="full", overwrite_a=False), dict(lwork=None)])
+def test_top_level_qr_reads_scipy_keywords_as_scipy(call):
+    """jaxmg.qr(a) is jnp's (mode "economic" refused, as there); with a
+    scipy-only keyword it returns what jax.scipy.linalg.qr returns for the same call (mode "full"
+    by default there: q is M x M for a tall a)."""
+    import jaxmg
+
+    a = helpers.random_matrix(np.random.default_rng(11), 6, np.float64, m=4)
+    _assert_same(jaxmg.qr(a, **call), jsl.qr(a, **call), 1e-10)
+    _assert_same(jaxmg.qr(a), jnp.linalg.qr(a), 1e-10)
+    _assert_same(jaxmg.qr(a, "full"), jnp.linalg.qr(a, "full"), 1e-10)
+    with pytest.raises(ValueError, match="return_info"):
+        jaxmg.qr(a, pivoting=False, return_info=True)
+    with pytest.raises(ValueError, match="mode"):
+        jaxmg.qr(a, mode="economic")

@@ -174,9 +174,33 @@ def _mp_lstsq_jvp(placement, primals, tangents):
     return (x, s, rank, info), (dx, jnp.zeros_like(s), zeros(rank), zeros(info))
 
 
-@returns_ready_on_cpus
-def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto", return_info=False):
-    """QR decomposition ``a = q @ r``, like ``jnp.linalg.qr``.
+SCIPY_QR_MODES = ("full", "r", "economic")
+_OPTION_DEFAULTS = {"mesh": None, "spec": None, "backend": "auto"}
+
+
+class _ReducedByDefault(str):
+    """qr's default mode: "reduced", as jnp's, yet told apart from a mode the
+    caller gave (a scipy-style call without one means scipy's "full")."""
+
+
+_MODE_NOT_GIVEN = _ReducedByDefault("reduced")
+
+
+class _NotGiven:
+    def __repr__(self):
+        return "<not given>"
+
+
+_NOT_GIVEN = _NotGiven()
+
+
+def qr(a, mode=_MODE_NOT_GIVEN, *, pivoting=_NOT_GIVEN, overwrite_a=_NOT_GIVEN,
+       lwork=_NOT_GIVEN, check_finite=_NOT_GIVEN, mesh=None, spec=None, backend="auto",
+       return_info=False):
+    """QR decomposition ``a = q @ r``, like ``jnp.linalg.qr``; a call with
+    one of jax.scipy.linalg.qr's own keywords (pivoting, overwrite_a, lwork,
+    check_finite) is read as scipy's (:func:`scipy_qr`: mode "full" by
+    default, "economic" and "r" as scipy's).
 
     Args:
       a: (..., M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
@@ -192,11 +216,47 @@ def qr(a, mode="reduced", *, mesh=None, spec=None, backend="auto", return_info=F
       QRResult(Q, R) (or R for mode "r"), q rows sharded like a, r replicated;
       and info last if ``return_info``. Derivatives on the "jax" backend.
     """
+    if any(x is not _NOT_GIVEN for x in (pivoting, overwrite_a, lwork, check_finite)):
+        if arguments.check_flag(return_info, "return_info"):
+            raise ValueError("jaxmg: return_info goes with jnp.linalg.qr's call form, not "
+                             "scipy's (pivoting, overwrite_a, lwork, check_finite)")
+        return scipy_qr(a, "full" if mode is _MODE_NOT_GIVEN else mode,
+                        False if pivoting is _NOT_GIVEN else pivoting,
+                        mesh=mesh, spec=spec, backend=backend)
+    return _numpy_qr(a, str(mode), mesh=mesh, spec=spec, backend=backend,
+                     return_info=return_info)
+
+
+def scipy_qr(a, mode: str, pivoting, **options):
+    """jax.scipy.linalg.qr's results: (q, r) with q (M, M) for mode "full",
+    (q, r) with q (M, K) for "economic", (r,) with r (M, N) for "r"; with
+    pivoting a column-pivoted QR, a[:, p] = q @ r, and p last (JAX's solver
+    on the whole matrix: it takes none of jaxmg's options)."""
+    arguments.check_choice(mode, "mode", SCIPY_QR_MODES)
+    if arguments.check_flag(pivoting, "pivoting"):
+        given = sorted(k for k, v in options.items() if v != _OPTION_DEFAULTS.get(k, ...))
+        if given:
+            raise ValueError(
+                f"jaxmg: qr(pivoting=True) runs JAX's column-pivoted QR on one device and "
+                f"takes none of jaxmg's options; drop {given}")
+        return jax.scipy.linalg.qr(a, mode=mode, pivoting=True)
+    if mode == "r":
+        r = _numpy_qr(a, "r", **options)
+        m, rows = jnp.shape(a)[-2], r.shape[-2]
+        if m > rows:  # scipy's r is (M, N): zero rows under the reduced one
+            zeros = jnp.zeros(r.shape[:-2] + (m - rows, r.shape[-1]), r.dtype)
+            r = jnp.concatenate([r, zeros], axis=-2)
+        return (r,)
+    return tuple(_numpy_qr(a, "complete" if mode == "full" else "reduced", **options))
+
+
+@returns_ready_on_cpus
+def _numpy_qr(a, mode, *, mesh=None, spec=None, backend="auto", return_info=False):
     arguments.check_choice(mode, "mode", QR_MODES)
     return_info = arguments.check_flag(return_info, "return_info")
     a = arguments.inexact(a, "a")
     if batching.batched(a):
-        fn = functools.partial(qr, mode=mode, mesh=mesh, spec=spec, backend=backend,
+        fn = functools.partial(_numpy_qr, mode=mode, mesh=mesh, spec=spec, backend=backend,
                                return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
     a, _ = _matrix(a)

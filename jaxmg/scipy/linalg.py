@@ -6,11 +6,10 @@ backend, tile_size, ...) follow as keywords. Names jaxmg does not implement
 
 from __future__ import annotations
 
-import jax.numpy as jnp
 import jax.scipy.linalg as _jax_linalg
 
 import jaxmg
-from jaxmg._src import arguments
+from jaxmg._src import arguments, least_squares
 
 cho_factor = jaxmg.cho_factor
 cho_solve = jaxmg.cho_solve
@@ -22,8 +21,6 @@ lu_solve = jaxmg.lu_solve
 polar = jaxmg.polar
 solve = jaxmg.solve
 solve_triangular = jaxmg.solve_triangular
-
-QR_MODES = ("full", "r", "economic")
 
 
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True, **options):
@@ -51,27 +48,10 @@ def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=
 
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True,
        **options):
-    """scipy's QR: (q, r) with q (M, M) for mode "full", (q, r) with q (M, K)
-    for "economic", (r,) with r (M, N) for "r"; with pivoting=True a
-    column-pivoted QR, a[:, p] = q @ r, and p last. Column pivoting runs
-    JAX's solver on the whole matrix; the rest :func:`jaxmg.qr`."""
+    """scipy's QR (modes "full", "economic", "r"; pivoting); see
+    :func:`jaxmg.qr`."""
     del overwrite_a, lwork, check_finite
-    arguments.check_choice(mode, "mode", QR_MODES)
-    if arguments.check_flag(pivoting, "pivoting"):
-        if options:
-            raise ValueError(
-                f"jaxmg: qr(pivoting=True) runs JAX's column-pivoted QR on one device and takes "
-                f"none of jaxmg's options; drop {sorted(options)}")
-        return _jax_linalg.qr(a, mode=mode, pivoting=True)
-    if mode == "r":
-        r = jaxmg.qr(a, mode="r", **options)
-        rows = r.shape[-2]
-        m = jnp.shape(a)[-2]
-        if m > rows:  # scipy's r is (M, N): zero rows under the reduced one
-            r = jnp.concatenate([r, jnp.zeros(r.shape[:-2] + (m - rows, r.shape[-1]), r.dtype)],
-                                axis=-2)
-        return (r,)
-    return tuple(jaxmg.qr(a, mode="complete" if mode == "full" else "reduced", **options))
+    return least_squares.scipy_qr(a, mode, pivoting, **options)
 
 
 __all__ = [
