@@ -137,6 +137,12 @@ def place(x, how: str, mesh_=None, batched: int = 0):
     return jax.device_put(x, NamedSharding(mesh_, P(*spec)))
 
 
+def place_or_plain(x, how: str, mesh_):
+    """place(x, how, mesh_), or on the default device when there is no mesh
+    (the plain case of a test parametrized over meshes)."""
+    return place(x, PLAIN if mesh_ is None else how, mesh_)
+
+
 def like(x, ref):
     """x resharded as ref is, where ref's axes are Explicit (elementwise
     operands must agree there: a row-sharded matrix plus its column-sharded

@@ -88,15 +88,14 @@ def test_cho_factor_is_a_pair_as_jax(rng, devices, kind, lower):
     dtype = np.complex128
     a, b = dropin.spd(rng, N, dtype), dropin.random(rng, (N, K), dtype)
     mesh = None if kind == "plain" else dropin.mesh(devices, kind)
-    a_dev = dropin.place(a, dropin.PLAIN if mesh is None else ROWS, mesh)
+    a_dev = dropin.place_or_plain(a, ROWS, mesh)
     want = jsl.cho_factor(dropin.promote(a), lower=lower)
     got = api.cho_factor(a_dev, lower=lower)
     dropin.assert_sequence_close(got, want, dtype, what="eager")
     factor = jax.jit(lambda a: api.cho_factor(a, lower=lower))
     with dropin.jit_context(mesh):
         dropin.assert_sequence_close(factor(a_dev), want, dtype, what="jit")
-    x = api.cho_solve((got[0], got[1]), dropin.place(b, dropin.PLAIN if mesh is None else REP,
-                                                      mesh))
+    x = api.cho_solve((got[0], got[1]), dropin.place_or_plain(b, REP, mesh))
     dropin.assert_close(x, jsl.cho_solve(want, b), dtype, condition=dropin.CONDITION)
     # Under vmap, JAX's lower comes back as a batch of flags; only c is compared.
     pair = np.stack([a, a.conj()])

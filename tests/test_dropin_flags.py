@@ -70,8 +70,7 @@ def test_integer_flags_as_jax(rng, name, devices, value):
     make, call, ref = CALLS[name]
     args = make(rng)
     mesh = dropin.mesh(devices) if devices else None
-    placed = [dropin.place(x, dropin.PLAIN if mesh is None else how, mesh)
-              for x, how in zip(args, (ROWS, REP))]
+    placed = [dropin.place_or_plain(x, how, mesh) for x, how in zip(args, (ROWS, REP))]
     got = call(value, *placed)
     dropin.assert_close(got, ref(value, *dropin.promote(args)), np.float64,
                         condition=dropin.CONDITION)

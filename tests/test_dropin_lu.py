@@ -55,7 +55,7 @@ def test_lu_factor_unpacks_in_lapack_form(rng, devices, kind):
     dtype = np.complex64
     a = dropin.general(rng, N, dtype)
     mesh = None if kind == "plain" else dropin.mesh(devices, kind)
-    lu, piv = api.lu_factor(dropin.place(a, dropin.PLAIN if mesh is None else ROWS, mesh))
+    lu, piv = api.lu_factor(dropin.place_or_plain(a, ROWS, mesh))
     check_lapack_form(a, lu, piv, dtype)
 
 
@@ -68,14 +68,13 @@ def test_lu_factor_is_a_pair_as_jax(rng, devices, kind):
     dtype = np.float64
     a, b = dropin.general(rng, N, dtype), dropin.random(rng, (N, K), dtype)
     mesh = None if kind == "plain" else dropin.mesh(devices, kind)
-    a_dev = dropin.place(a, dropin.PLAIN if mesh is None else ROWS, mesh)
+    a_dev = dropin.place_or_plain(a, ROWS, mesh)
     want = jsl.lu_factor(dropin.promote(a))
     got = api.lu_factor(a_dev)
     dropin.assert_sequence_close(got, want, dtype, what="eager")
     with dropin.jit_context(mesh):
         dropin.assert_sequence_close(jax.jit(api.lu_factor)(a_dev), want, dtype, what="jit")
-    x = api.lu_solve((got[0], got[-1]), dropin.place(b, dropin.PLAIN if mesh is None else REP,
-                                                      mesh))
+    x = api.lu_solve((got[0], got[-1]), dropin.place_or_plain(b, REP, mesh))
     dropin.assert_close(x, jsl.lu_solve(want, b), dtype, condition=dropin.CONDITION)
     pair = np.stack([a, a.T])
     dropin.assert_sequence_close(jax.vmap(api.lu_factor)(jnp.asarray(pair)),

@@ -223,8 +223,8 @@ def qr(a, mode=_MODE_NOT_GIVEN, *, pivoting=_NOT_GIVEN, overwrite_a=_NOT_GIVEN,
         return scipy_qr(a, "full" if mode is _MODE_NOT_GIVEN else mode,
                         False if pivoting is _NOT_GIVEN else pivoting,
                         mesh=mesh, spec=spec, backend=backend)
-    return _numpy_qr(a, "reduced" if mode is _MODE_NOT_GIVEN else mode, mesh=mesh, spec=spec, backend=backend,
-                     return_info=return_info)
+    return _numpy_qr(a, "reduced" if mode is _MODE_NOT_GIVEN else mode, mesh=mesh, spec=spec,
+                     backend=backend, return_info=return_info)
 
 
 def scipy_qr(a, mode: str, pivoting, **options):
