@@ -13,6 +13,7 @@
 // on the pivot; cuSOLVER's getrf instead spends several kernels per column.
 #include <cooperative_groups.h>
 #include <cublas_v2.h>
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 #include <cusolverDn.h>
 
@@ -34,7 +35,9 @@ namespace cg = cooperative_groups;
 
 namespace {
 
-enum Update { kFp32 = 0, kTf32 = 1, kTf32x3 = 2 };
+// kNone skips the trailing updates (a wrong factorisation, timed to show what
+// the panels, interchanges and triangular solves alone cost).
+enum Update { kFp32 = 0, kTf32 = 1, kTf32x3 = 2, kNone = 3 };
 
 struct Split {  // x = hi + lo, hi = x rounded to TF32 (x times I in TF32 GEMM)
   float* hi = nullptr;
@@ -61,6 +64,7 @@ int SplitTf32(cublasHandle_t h, const float* x, int rows, int cols, int ld, cons
 // C -= A B (m x n, inner k).
 int Subtract(cublasHandle_t h, Update update, int m, int n, int k, const float* a, int lda,
              const float* b, int ldb, float* c, int ldc) {
+  if (update == kNone) return 0;
   const float one = 1.f, minus = -1.f;
   const cublasComputeType_t type =
       update == kFp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
@@ -278,14 +282,43 @@ int FactorTallPanel(TallPanel& t, float* a, int lda, int m, int w, int* ipiv, in
 // Returns 0 and the factorisation's GPU time in *ms; ipiv: cuSOLVER's
 // 1-based interchanges, each panel's relative to its own first row.
 // panel_kind: 0 cuSOLVER's getrf, 1 the tall-panel LU (nb a multiple of 32).
+// sm_target > 0: cuBLAS sizes the updates for that many SMs
+// (cublasSetSmCountTarget), leaving the others to the panel beside them.
+// panel_sms > 0: the GPU's SMs split in two green contexts, panel_sms (or
+// the next count the split allows) for the panels, the rest for the updates.
 extern "C" int lu_lookahead(float* a, int n, int nb, int update_kind, int lookahead,
-                            int panel_kind, int* ipiv, int* info, float* ms) {
+                            int panel_kind, int sm_target, int panel_sms, int* ipiv, int* info,
+                            float* ms) {
   const Update update = static_cast<Update>(update_kind);
   int low = 0, high = 0;
   cudaStream_t panel_stream, update_stream;
   CHECK(cudaDeviceGetStreamPriorityRange(&low, &high));
-  CHECK(cudaStreamCreateWithPriority(&panel_stream, cudaStreamNonBlocking, high));
-  CHECK(cudaStreamCreateWithPriority(&update_stream, cudaStreamNonBlocking, low));
+  CUgreenCtx green[2] = {nullptr, nullptr};
+  if (panel_sms > 0 && lookahead) {
+    CUdevice device;
+    CUdevResource all, parts[2], rest;
+    unsigned int groups = 1;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&device, 0));
+    CHECK(cuDeviceGetDevResource(device, &all, CU_DEV_RESOURCE_TYPE_SM));
+    CHECK(cuDevSmResourceSplitByCount(parts, &groups, &all, &rest, 0, panel_sms));
+    parts[1] = rest;
+    std::fprintf(stderr, "green contexts: %u SMs for panels, %u for updates\n",
+                 parts[0].sm.smCount, parts[1].sm.smCount);
+    for (int i = 0; i < 2; ++i) {
+      CUdevResourceDesc desc;
+      CHECK(cuDevResourceGenerateDesc(&desc, &parts[i], 1));
+      CHECK(cuGreenCtxCreate(&green[i], desc, device, CU_GREEN_CTX_DEFAULT_STREAM));
+    }
+    CUstream s0, s1;
+    CHECK(cuGreenCtxStreamCreate(&s0, green[0], CU_STREAM_NON_BLOCKING, high));
+    CHECK(cuGreenCtxStreamCreate(&s1, green[1], CU_STREAM_NON_BLOCKING, low));
+    panel_stream = s0;
+    update_stream = s1;
+  } else {
+    CHECK(cudaStreamCreateWithPriority(&panel_stream, cudaStreamNonBlocking, high));
+    CHECK(cudaStreamCreateWithPriority(&update_stream, cudaStreamNonBlocking, low));
+  }
   if (!lookahead) update_stream = panel_stream;
   cusolverDnHandle_t solver;
   cublasHandle_t blas;
@@ -293,6 +326,7 @@ extern "C" int lu_lookahead(float* a, int n, int nb, int update_kind, int lookah
   CHECK(cublasCreate(&blas));
   CHECK(cusolverDnSetStream(solver, panel_stream));
   CHECK(cublasSetStream(blas, update_stream));
+  if (sm_target > 0) CHECK(cublasSetSmCountTarget(blas, sm_target));
   TallPanel tall;
   if (panel_kind == 1) {
     if (nb % kLeaf != 0) return 3;
@@ -342,27 +376,28 @@ extern "C" int lu_lookahead(float* a, int n, int nb, int update_kind, int lookah
     if (right == 0) break;
     CHECK(cudaStreamWaitEvent(update_stream, factored[k], 0));
     CHECK(cusolverDnSetStream(solver, update_stream));
-    CHECK(cusolverDnSlaswp(solver, right, at(o, o + w), n, 1, w, ipiv + o, 1));
-    CHECK(cublasStrsm(blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N,
-                      CUBLAS_DIAG_UNIT, w, right, &one, at(o, o), n, at(o, o + w), n));
+    if (update == kTf32x3 && SplitTf32(blas, at(o + w, o), below, w, n, eye, nb, l21, false))
+      return 1;
+    // The next panel's columns first (interchanges, U12, update), so that it
+    // is factored while the rest of the trailing matrix is updated.
     const int next = std::min(nb, right);
-    const int pieces[2][2] = {{0, next}, {next, right - next}};  // the next panel first
-    if (update == kTf32x3) {
-      if (SplitTf32(blas, at(o + w, o), below, w, n, eye, nb, l21, false)) return 1;
-      if (SplitTf32(blas, at(o, o + w), w, right, n, eye, nb, u12, true)) return 1;
-    }
+    const int pieces[2][2] = {{0, next}, {next, right - next}};
     for (const auto& piece : pieces) {
       const int c0 = piece[0], cols = piece[1];
       if (cols == 0) continue;
+      float* u = at(o, o + w + c0);
+      CHECK(cusolverDnSlaswp(solver, cols, u, n, 1, w, ipiv + o, 1));
+      CHECK(cublasStrsm(blas, CUBLAS_SIDE_LEFT, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N,
+                        CUBLAS_DIAG_UNIT, w, cols, &one, at(o, o), n, u, n));
       float* c = at(o + w, o + w + c0);
       if (update == kTf32x3) {
         const size_t shift = static_cast<size_t>(c0) * w;
-        const float* terms[3][2] = {{l21.hi, u12.hi + shift}, {l21.hi, u12.lo + shift},
-                                    {l21.lo, u12.hi + shift}};
+        const Split part{u12.hi + shift, u12.lo + shift};
+        if (SplitTf32(blas, u, w, cols, n, eye, nb, part, true)) return 1;
+        const float* terms[3][2] = {{l21.hi, part.hi}, {l21.hi, part.lo}, {l21.lo, part.hi}};
         for (const auto& t : terms)
           if (Subtract(blas, kTf32, below, cols, w, t[0], below, t[1], w, c, n)) return 1;
-      } else if (Subtract(blas, update, below, cols, w, at(o + w, o), n, at(o, o + w + c0), n, c,
-                          n)) {
+      } else if (Subtract(blas, update, below, cols, w, at(o + w, o), n, u, n, c, n)) {
         return 1;
       }
       if (c0 == 0) CHECK(cudaEventRecord(ready[k + 1], update_stream));
@@ -397,6 +432,8 @@ extern "C" int lu_lookahead(float* a, int n, int nb, int update_kind, int lookah
   cublasDestroy(blas);
   if (lookahead) cudaStreamDestroy(update_stream);
   cudaStreamDestroy(panel_stream);
+  for (CUgreenCtx g : green)
+    if (g != nullptr) cuGreenCtxDestroy(g);
   return 0;
 }
 

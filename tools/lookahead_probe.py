@@ -6,10 +6,13 @@ JAX native float64 (lu_factor + lu_solve), on the benchmark's U S V^T
 matrices. The LU is tools/lookahead_probe.cu (panels by cuSOLVER's getrf or
 by the file's tall-panel LU, laswp, cuBLAS trsm and GEMMs: FP32, TF32, or
 TF32x3 from operands split exactly as x = tf32(x) + rest), built here by nvcc.
+With look-ahead the GEMMs may be sized for fewer SMs, or the SMs split between
+the panels and the updates by green contexts; updates "none" times the rest
+alone. It also times one refinement step.
 
     PYTHONPATH=. python tools/lookahead_probe.py [--sizes 32768]
-        [--variants 2048:tf32:1:tall 2048:tf32x3:1:getrf ...] [--steps 6]
-        [--panels 32768x2048 16384x32 ...]
+        [--variants 2048:tf32:1:tall 2048:tf32x3:1:getrf:116 1024:tf32:1:getrf:g24 ...]
+        [--steps 6] [--panels 32768x2048 16384x32 ...]
 
 --panels first times the panels alone (M x W, float32, the median of 5 runs)
 by both panel factorisations, with the largest difference between the two
@@ -38,24 +41,27 @@ jax.config.update("jax_enable_x64", True)
 
 from tools.bench import matrices  # noqa: E402
 
-UPDATES = ("fp32", "tf32", "tf32x3")  # the enums of lookahead_probe.cu
+UPDATES = ("fp32", "tf32", "tf32x3", "none")  # the enums of lookahead_probe.cu
 PANELS = ("getrf", "tall")
 DEFAULT_VARIANTS = ("32768:fp32:0", "2048:fp32:0", "2048:fp32:1", "2048:tf32:0", "2048:tf32:1",
                     "1024:tf32:1", "512:tf32:1", "4096:tf32:1", "2048:tf32x3:0",
                     "2048:tf32x3:1", "1024:tf32x3:1")
 
 
-def variant(text: str) -> tuple[int, str, bool, str]:
-    """--variants' NB:UPDATE:LOOKAHEAD[:PANEL] (panel width, UPDATES, 0 or 1,
-    PANELS; getrf when left out)."""
+def variant(text: str) -> tuple[int, str, bool, str, str]:
+    """--variants' NB:UPDATE:LOOKAHEAD[:PANEL[:SMS]] (panel width, UPDATES, 0 or
+    1, PANELS (getrf when left out), SMS: N for the SMs cuBLAS sizes the updates
+    for, gN for N SMs of the panels' own (green contexts); 0, the default: all
+    for both)."""
     parts = text.split(":")
-    nb, update, ahead, panel = (parts + [""] * (3 - len(parts)) + ["getrf"])[:4]
-    if not nb.isdigit() or int(nb) < 1 or update not in UPDATES or ahead not in ("0", "1") \
-            or panel not in PANELS:
+    nb, update, ahead, panel, sms = parts + ["getrf", "0"][len(parts) - 3:] \
+        if 3 <= len(parts) <= 5 else ("",) * 5
+    if not nb.isdigit() or int(nb) < 1 or update not in UPDATES \
+            or ahead not in ("0", "1") or panel not in PANELS or not sms.lstrip("g").isdigit():
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not NB:UPDATE:LOOKAHEAD[:PANEL] with UPDATE in {UPDATES}, "
-            f"LOOKAHEAD 0 or 1 and PANEL in {PANELS}")
-    return int(nb), update, ahead == "1", panel
+            f"{text!r} is not NB:UPDATE:LOOKAHEAD[:PANEL[:SMS]] with UPDATE in {UPDATES}, "
+            f"LOOKAHEAD 0 or 1, PANEL in {PANELS} and SMS a count or g and a count")
+    return int(nb), update, ahead == "1", panel, sms
 
 
 def panel_shape(text: str) -> tuple[int, int]:
@@ -72,11 +78,12 @@ def load_library():
     out = os.path.join(tempfile.gettempdir(), "lookahead_probe.so")
     subprocess.run([f"{cuda}/bin/nvcc", "-O2", "-std=c++17", "-shared", "-Xcompiler", "-fPIC",
                     "-arch=native", os.path.join(here, "lookahead_probe.cu"), f"-L{cuda}/lib64",
-                    "-lcusolver", "-lcublas", "-lcudart", "-o", out], check=True)
+                    "-lcusolver", "-lcublas", "-lcudart", "-lcuda", "-o", out], check=True)
     jax.devices()  # JAX's CUDA libraries first: the probe's sonames resolve to them
     lib = ctypes.CDLL(out)
     lib.lu_lookahead.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                                 ctypes.c_int, ctypes.c_int, ctypes.c_void_p,
+                                 ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                                 ctypes.c_void_p,
                                  ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_float)]
     lib.panel_only.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_int, ctypes.c_int,
                                ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
@@ -89,7 +96,7 @@ def _solve(lu, pivots, r):
     return jsl.lu_solve((lu, pivots), r.astype(jnp.float32)).astype(jnp.float64)
 
 
-def factor(lib, a, nb: int, update: str, lookahead: bool, panel: str = "getrf"):
+def factor(lib, a, nb: int, update: str, lookahead: bool, panel: str = "getrf", sms: str = "0"):
     """(lu, pivots, info, ms): the probe's LU of float32 `a`, as jax.scipy's."""
     n = a.shape[0]
     # A^T row-major is A column-major; the probe overwrites this fresh buffer.
@@ -97,7 +104,8 @@ def factor(lib, a, nb: int, update: str, lookahead: bool, panel: str = "getrf"):
     ipiv = jax.block_until_ready(jnp.zeros((n,), jnp.int32) + 0)
     info, ms = ctypes.c_int(0), ctypes.c_float(0)
     rc = lib.lu_lookahead(work.unsafe_buffer_pointer(), n, nb, UPDATES.index(update),
-                          int(lookahead), PANELS.index(panel), ipiv.unsafe_buffer_pointer(),
+                          int(lookahead), PANELS.index(panel), 0 if sms[0] == "g" else int(sms),
+                          int(sms[1:]) if sms[0] == "g" else 0, ipiv.unsafe_buffer_pointer(),
                           ctypes.byref(info), ctypes.byref(ms))
     if rc != 0:
         raise RuntimeError(f"lu_lookahead failed (rc {rc}); its message is on stderr")
@@ -137,6 +145,22 @@ def panels(lib, shapes) -> list[dict]:
     return records
 
 
+@jax.jit
+def _step(a, b, x, lu, pivots):
+    return x + _solve(lu, pivots, b - a @ x)
+
+
+def step_ms(a, b, lu, pivots) -> float:
+    """One classic refinement step's time (residual in float64, float32 solve), median of 5."""
+    x = jax.block_until_ready(_step(a, b, jnp.zeros_like(b), lu, pivots))
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        x = jax.block_until_ready(_step(a, b, x, lu, pivots))
+        times.append(1e3 * (time.perf_counter() - t))
+    return sorted(times)[2]
+
+
 def refinement(a, b, lu, pivots, steps: int) -> list[float]:
     """Normwise backward errors of x after 0, 1, ... classic refinement steps."""
     anorm = jnp.max(jnp.sum(jnp.abs(a), axis=1))
@@ -155,7 +179,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", type=int, nargs="*", default=[32768])
     p.add_argument("--cond", type=float, default=10)
-    p.add_argument("--variants", type=variant, nargs="*", metavar="NB:UPDATE:LOOKAHEAD[:PANEL]",
+    p.add_argument("--variants", type=variant, nargs="*",
+                   metavar="NB:UPDATE:LOOKAHEAD[:PANEL[:SMS]]",
                    default=[variant(v) for v in DEFAULT_VARIANTS])
     p.add_argument("--panels", type=panel_shape, nargs="*", default=[], metavar="MxW")
     p.add_argument("--steps", type=int, default=6, help="refinement steps to record")
@@ -174,15 +199,19 @@ def main():
         jax.block_until_ready(native(a, b))
         ms = 1e3 * (time.perf_counter() - t)
         records.append({"n": n, "variant": "jax native float64 solve", "ms": ms})
-        factor(lib, a, min(2048, n), "tf32", True)  # cuBLAS and cuSOLVER warm up
-        for nb, update, ahead, kind in args.variants:
+        lu, pivots, _, _ = factor(lib, a, min(2048, n), "tf32", True)  # warm-up
+        records.append({"n": n, "variant": "one refinement step", "ms": step_ms(a, b, lu, pivots)})
+        del lu, pivots
+        for nb, update, ahead, kind, sms in args.variants:
             nb = min(nb, n)
-            lu, pivots, info, ms = factor(lib, a, nb, update, ahead, kind)
-            records.append({"n": n, "variant": f"nb {nb} {update} look-ahead {int(ahead)} {kind}",
+            lu, pivots, info, ms = factor(lib, a, nb, update, ahead, kind, sms)
+            name = f"nb {nb} {update} look-ahead {int(ahead)} {kind}" + (f" sms {sms}" if sms != "0" else "")
+            records.append({"n": n, "variant": name,
                             "ms": ms, "info": info,
-                            "backward_errors": refinement(a, b, lu, pivots, args.steps)})
+                            "backward_errors": [] if update == "none" else
+                            refinement(a, b, lu, pivots, args.steps)})
             del lu, pivots
-        for r in records[-len(args.variants) - 1:]:
+        for r in records[-len(args.variants) - 2:]:
             print(json.dumps(r), flush=True)
         with open(out_path, "w") as f:
             json.dump(records, f, indent=1)
