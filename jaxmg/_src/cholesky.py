@@ -22,6 +22,7 @@ from jaxmg._src import (
     dispatch,
     failures,
     operators,
+    peer_calls,
     plans,
     sharding,
     triangular,
@@ -82,6 +83,7 @@ class CholeskyFactor:
 
 
 @returns_ready_on_cpus
+@peer_calls.accepts_peer_calls(arrays=2)
 def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False, precision="highest"):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
@@ -114,6 +116,10 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
     Returns:
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
+
+    JAXMg 0.0.8's call form, ``potrs(a, b, T_A, mesh, in_specs,
+    return_status=False, pad=True)``, runs too (T_A is tile_size, in_specs
+    a's spec, return_status return_info; pad has no effect).
     """
     return_info = arguments.check_flag(return_info, "return_info")
     if mixed_api.check_precision(precision):
@@ -340,6 +346,7 @@ def cho_logdet(c_and_a: CholeskyFactor):
 
 
 @returns_ready_on_cpus
+@peer_calls.accepts_peer_calls(arrays=1)
 def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False):
     """Inverts a symmetric (Hermitian) positive-definite matrix via Cholesky.
@@ -354,6 +361,9 @@ def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_inf
     Returns:
       The full (both triangles) inverse, (N, N), sharded like a; all NaN if a
       is not positive definite. Plus info (int32 scalar) if ``return_info``.
+
+    JAXMg 0.0.8's call form, ``potri(a, T_A, mesh, in_specs,
+    return_status=False, pad=True)``, runs too, as for :func:`jaxmg.potrs`.
     """
     tile = arguments.check_tile(tile_size)
     return_info = arguments.check_flag(return_info, "return_info")

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, failures, plans, sharding
+from jaxmg._src import arguments, batching, dispatch, failures, peer_calls, plans, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement, spans_processes
@@ -29,6 +29,7 @@ class EighResult(typing.NamedTuple):
 
 
 @returns_ready_on_cpus
+@peer_calls.accepts_peer_calls(arrays=1)
 def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, backend="auto",
           return_info=False, donate=False):
     """Eigendecomposition ``a = V diag(w) V^H`` of a symmetric (Hermitian) matrix.
@@ -46,6 +47,10 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
         sharded by columns, ``P(None, axis)``: each device holds a block of
         eigenvectors. Only when ``compute_vectors``.
       info (int32 scalar) last, if ``return_info``. On failure w and v are NaN.
+
+    JAXMg 0.0.8's call form, ``syevd(a, T_A, mesh, in_specs,
+    return_eigenvectors=True, return_status=False, pad=True)``, runs too, as
+    for :func:`jaxmg.potrs` (return_eigenvectors is compute_vectors).
     """
     tile = arguments.check_tile(tile_size)
     vectors = arguments.check_flag(compute_vectors, "compute_vectors")

@@ -1,0 +1,82 @@
+"""JAXMg 0.0.8's call forms of potrs, potri and syevd, read as jaxmg's.
+
+Code written for that package calls ``potrs(a, b, T_A, mesh, in_specs,
+return_status=False, pad=True)``, ``potri(a, T_A, ...)`` and ``syevd(a, T_A,
+mesh, in_specs, return_eigenvectors=True, ...)``; the same calls run here,
+each name mapped to jaxmg's option. ``pad`` has no effect: jaxmg lays out any
+N itself.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import arguments
+
+# The parameters after the arrays, in JAXMg 0.0.8's positional order.
+_PARAMETERS = {
+    "potrs": ("T_A", "mesh", "in_specs", "return_status", "pad"),
+    "potri": ("T_A", "mesh", "in_specs", "return_status", "pad"),
+    "syevd": ("T_A", "mesh", "in_specs", "return_eigenvectors", "return_status", "pad"),
+}
+_OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
+         "return_eigenvectors": "compute_vectors", "mesh": "mesh"}
+
+
+def accepts_peer_calls(arrays: int):
+    """Lets the wrapped routine (whose first `arrays` parameters are arrays and
+    the rest keyword-only) be called as JAXMg 0.0.8's namesake."""
+
+    def wrap(routine):
+        names = _PARAMETERS[routine.__name__]
+        theirs_only = frozenset(names) - {"mesh"}
+
+        @functools.wraps(routine)
+        def call(*args, **kwargs):
+            if len(args) > arrays or not theirs_only.isdisjoint(kwargs):
+                args, kwargs = _as_ours(routine.__name__, names, arrays, args, kwargs)
+            return routine(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def _as_ours(routine: str, names, arrays: int, args, kwargs):
+    if len(args) > arrays + len(names):
+        raise TypeError(
+            f"jaxmg.{routine} takes at most {arrays + len(names)} positional arguments "
+            f"(the arrays, then {', '.join(names)}), got {len(args)}")
+    given = dict(zip(names, args[arrays:]))
+    kwargs = dict(kwargs)
+    for name in names:
+        if name in kwargs:
+            if name in given:
+                raise TypeError(f"jaxmg.{routine} got multiple values for argument {name!r}")
+            given[name] = kwargs.pop(name)
+    if "pad" in given:
+        arguments.check_flag(given.pop("pad"), "pad")
+    if "in_specs" in given:
+        given["in_specs"] = _spec_of_a(routine, given["in_specs"])
+    for name, value in given.items():
+        ours = _OURS[name]
+        if ours in kwargs:
+            raise TypeError(
+                f"jaxmg.{routine}: {name} and {ours} name the same option; pass only one")
+        kwargs[ours] = value
+    return args[:arrays], kwargs
+
+
+def _spec_of_a(routine: str, in_specs):
+    """in_specs as JAXMg 0.0.8 takes it: a's PartitionSpec, alone or as the one
+    element of a list or tuple."""
+    if isinstance(in_specs, P) or in_specs is None:
+        return in_specs
+    if isinstance(in_specs, (list, tuple)) and len(in_specs) == 1 \
+            and isinstance(in_specs[0], P):
+        return in_specs[0]
+    raise ValueError(
+        f"jaxmg.{routine}: in_specs must be a's PartitionSpec, e.g. P('x', None), or a "
+        f"one-element list or tuple holding it; got {in_specs!r}")

@@ -1,0 +1,103 @@
+"""JAXMg 0.0.8's call forms of potrs, potri and syevd (T_A, mesh and in_specs
+positionally or by name, return_status, return_eigenvectors, pad) give what
+jaxmg's own call form gives, eagerly and under jit; conflicting or malformed
+ones are refused naming the argument."""
+
+import functools
+import inspect
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import PartitionSpec as P
+
+import helpers
+import jaxmg
+
+N = 40
+DEVICES = 4
+SPEC = P("x", None)
+
+
+@pytest.fixture(scope="module")
+def mesh():
+    return helpers.mesh(DEVICES)
+
+
+@pytest.fixture
+def spd(rng, mesh):
+    a = helpers.spd(rng, N, np.float64)
+    return a, helpers.rows(a, mesh)
+
+
+def same(x, y):
+    for u, v in zip(jax.tree.leaves(x), jax.tree.leaves(y)):
+        np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
+
+
+@pytest.mark.parametrize("in_specs", [SPEC, (SPEC,), [SPEC]], ids=["spec", "tuple", "list"])
+@pytest.mark.parametrize("tile", [1, 3, 5])
+def test_potrs_positional(rng, mesh, spd, tile, in_specs):
+    a, placed = spd
+    b = helpers.replicated(helpers.random_matrix(rng, N, np.float64, 1), mesh)
+    x = jaxmg.potrs(placed, b, tile, mesh, in_specs)
+    same(x, jaxmg.potrs(placed, b, tile_size=tile, mesh=mesh, spec=SPEC))
+    assert x.shape == (N, 1)
+    assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+
+
+def test_potrs_under_jit_with_status(rng, mesh, spd):
+    a, placed = spd
+    b = helpers.replicated(np.ones((N, 1)), mesh)
+
+    @functools.partial(jax.jit, static_argnames=("t",))
+    def solve(a, b, t):
+        call = functools.partial(jaxmg.potrs, mesh=mesh, in_specs=(SPEC,), pad=True,
+                                 return_status=True)
+        return call(a, b, t)
+
+    x, status = solve(placed, b, 2)
+    assert int(status) == 0
+    assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+    x, status = solve(helpers.rows(np.diag(np.arange(N) - 1.0), mesh), b, 2)
+    assert int(status) == 1 and np.isnan(np.asarray(x)).all()
+
+
+def test_potri_positional(mesh, spd):
+    a, placed = spd
+    inv, status = jaxmg.potri(placed, 3, mesh, [SPEC], True)
+    same(inv, jaxmg.potri(placed, tile_size=3))
+    assert int(status) == 0
+    assert helpers.inverse_error(a, inv) <= helpers.tolerance(np.float64, N, 10.0)
+
+
+@pytest.mark.parametrize("vectors", [True, False])
+@pytest.mark.parametrize("status", [True, False])
+def test_syevd_forms(mesh, spd, vectors, status):
+    a, placed = spd
+    out = jaxmg.syevd(placed, 2, mesh, (SPEC,), vectors, return_status=status, pad=False)
+    ours = jaxmg.syevd(placed, tile_size=2, compute_vectors=vectors, return_info=status)
+    same(out, ours)
+    out = out if isinstance(out, tuple) else (out,)
+    assert len(out) == 1 + vectors + status
+    np.testing.assert_allclose(np.asarray(out[0]), np.linalg.eigvalsh(a), rtol=1e-12, atol=1e-12)
+
+
+def test_our_signature_is_shown():
+    assert "tile_size" in inspect.signature(jaxmg.potrs).parameters
+    assert "compute_vectors" in inspect.signature(jaxmg.syevd).parameters
+
+
+@pytest.mark.parametrize("call, error, words", [
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, tile_size=4), TypeError, "T_A and tile_size"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, T_A=4), TypeError, "multiple values for argument 'T_A'"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, (SPEC, P())), ValueError, "in_specs"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, SPEC, spec=SPEC), TypeError, "in_specs and spec"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, SPEC, True, True, 1), TypeError, "at most 7"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, pad="yes"), TypeError, "pad"),
+    (lambda a, b, m: jaxmg.syevd(a, 2, return_eigenvectors="no"), TypeError, "compute_vectors"),
+], ids=["tile twice", "T_A twice", "two specs", "spec twice", "too many", "pad", "vectors"])
+def test_refused(mesh, spd, call, error, words):
+    b = helpers.replicated(np.ones((N, 1)), mesh)
+    with pytest.raises(error, match=words):
+        call(spd[1], b, mesh)
