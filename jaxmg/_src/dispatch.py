@@ -11,6 +11,7 @@ import jax.numpy as jnp
 from jaxmg._src import arguments, plans, processes
 from jaxmg._src.engines import base, mg, mp, native
 from jaxmg._src.placement import (
+    BATCH_ELEMENT,
     Placement,
     axis_devices,
     check_square,
@@ -54,6 +55,7 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
     if backend not in BACKENDS:
         raise ValueError(f"jaxmg: backend must be one of {BACKENDS}, got {backend!r}")
     if not placement.placed:
+        check_batch_element(placement, backend)
         if backend not in ("auto", "jax"):
             raise ValueError(
                 f"jaxmg: backend={backend!r} needs to know the devices: under jit, pass mesh= "
@@ -127,12 +129,23 @@ def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> b
     return True
 
 
+def check_batch_element(placement: Placement, backend: str) -> None:
+    if placement is BATCH_ELEMENT and backend not in ("auto", "jax"):
+        raise ValueError(
+            f"jaxmg: backend={backend!r} spreads one matrix over devices, but these matrices "
+            "are a batch sharded along its batch axis: each lies whole on its devices. Use "
+            "backend='auto' (JAX's solver where each matrix lies), or shard each matrix's rows "
+            "and loop over the batch"
+        )
+
+
 def choose_rectangular(placement: Placement, backend: str, what: str) -> base.Engine:
     """The engine of lstsq, qr, svd and polar: cuSOLVERMp on a mesh of several
     GPUs, JAX's solvers on the whole matrix otherwise."""
     if backend not in RECTANGULAR_BACKENDS:
         raise ValueError(f"jaxmg: {what} takes backend in {RECTANGULAR_BACKENDS}, got {backend!r}")
     if not placement.placed:
+        check_batch_element(placement, backend)
         if backend == "mp":
             raise ValueError(
                 "jaxmg: backend='mp' needs to know the devices: under jit, pass mesh= and spec=, "

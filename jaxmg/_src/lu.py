@@ -29,7 +29,7 @@ from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import resolve_placement
+from jaxmg._src.placement import in_sharded_batch, resolve_placement
 
 
 @functools.partial(
@@ -203,6 +203,8 @@ def _rectangular_lu_factor(a, *, placement):
 
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
     """det a from an LU factorisation (see jaxmg.det)."""
+    if in_sharded_batch(a):
+        return jnp.linalg.det(a)  # as slogdet
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "det")
     return _det(layout, a)
 
@@ -218,6 +220,11 @@ def solve_gen_x(a, b, *, layout, b_sharded):
 
 def slogdet(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
     """(sign, log|det a|) from an LU factorisation, differentiable."""
+    if in_sharded_batch(a):
+        # Each matrix lies on its devices, where JAX's solver runs anyway; and
+        # vmap over a batch sharded on explicit mesh axes takes JAX's slogdet
+        # but not this module's jitted programs (jax 0.10).
+        return tuple(jnp.linalg.slogdet(a))
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
     plain = _no_grad_factor(f)
     return _lu_slogdet(f.layout, a, plain.lu, plain.piv, plain.info)
@@ -225,10 +232,28 @@ def slogdet(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
 
 def inv(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
     """a's inverse by LU solves against the identity, row-sharded like a."""
+    if in_sharded_batch(a):
+        failures.check_on_failure(on_failure)
+        x, info = _inverse_without_gathers(a)
+        failures.report(info, on_failure, failures.SINGULAR)
+        return x
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,
                   on_failure=on_failure)
     eye, sharded = operators.eye(f.layout, a.dtype)
     return _lu_solve(f, eye, trans=0, b_sharded=sharded)
+
+
+def _inverse_without_gathers(a):
+    """(a^-1, info) as U^-1 L^-1 P from P a = L U, P as a 0/1 matrix: for an
+    element of a batch sharded on explicit mesh axes, where vmap refuses the
+    row gather of an LU solve (jax.numpy.linalg.inv's too, jax 0.10)."""
+    lu_, _, perm = jax.lax.linalg.lu(a)
+    p = (perm[:, None] == jnp.arange(a.shape[0])).astype(a.dtype)
+    y = jax.lax.linalg.triangular_solve(lu_, p, left_side=True, lower=True, unit_diagonal=True)
+    x = jax.lax.linalg.triangular_solve(lu_, y, left_side=True, lower=False)
+    diagonal = jnp.diagonal(lu_)
+    singular = jnp.any((diagonal == 0) | jnp.isnan(diagonal))
+    return jnp.where(singular, jnp.nan, x), singular.astype(jnp.int32)
 
 
 def _solve_with_matrices(lu_, piv, b, placement, trans: int):

@@ -42,6 +42,10 @@ class Placement:
 
 
 UNPLACED = Placement(None, "rows", manual=False)
+# An element of a batch sharded over devices along its batch axis (under
+# vmap, or jaxmg's own batch dimensions): each matrix lies whole on its
+# devices, so JAX's solver runs there, as jax.numpy.linalg's would.
+BATCH_ELEMENT = Placement(None, "batch", manual=False)
 
 
 def check_square(a, placement: Placement, name: str = "a") -> int:
@@ -122,6 +126,25 @@ def _underlying_sharding(x):
     return sharding.mesh, P(*entries)
 
 
+def in_sharded_batch(x) -> bool:
+    """Whether x is an element of a batch under vmap whose batch axis is
+    sharded over devices (read from the batched array: the element's own
+    type no longer says)."""
+    for _ in range(64):
+        if not isinstance(x, jax.core.Tracer):
+            return False
+        if hasattr(x, "batch_dim") and hasattr(x, "val"):
+            sharding = sharding_of(x.val)
+            spec = getattr(sharding, "spec", None)
+            if isinstance(x.batch_dim, int) and spec is not None \
+                    and x.batch_dim < len(spec) and spec[x.batch_dim] is not None:
+                return True
+            x = x.val
+        else:
+            x = getattr(x, "primal", None)
+    return False
+
+
 def _context_mesh():
     mesh = jax.sharding.get_abstract_mesh()
     return None if mesh.empty else mesh
@@ -146,6 +169,8 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
     abstract = _context_mesh()
     if abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
+    if in_sharded_batch(a):
+        return BATCH_ELEMENT
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.

@@ -12,6 +12,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import sharding
 from jaxmg._src.engines import base
+from jaxmg._src.placement import BATCH_ELEMENT
 
 
 def _failed(values):
@@ -52,7 +53,13 @@ class Native(base.Engine):
 
     def potri(self, a, layout):
         factor, info = self.cholesky(a, layout)
-        inv = jsl.cho_solve((factor, False), jnp.eye(a.shape[0], dtype=a.dtype))
+        eye = jnp.eye(a.shape[0], dtype=a.dtype)
+        if layout.placement is BATCH_ELEMENT:
+            # Batched and sharded like the factor: vmap over a batch sharded
+            # on explicit mesh axes wants both operands of a triangular solve
+            # so (jax 0.10). A factor that failed is NaN already.
+            eye = eye + 0 * factor
+        inv = jsl.cho_solve((factor, False), eye)
         # Exactly Hermitian, as the engines' inverses: the lower triangle
         # mirrored, a real diagonal.
         lower = jnp.tril(inv, -1)
