@@ -154,6 +154,27 @@ def test_rhs_layout(rng, routine, devices, rhs, layout):
     assert not b_dev.is_deleted()
 
 
+@pytest.mark.parametrize("call", ["potrs", "solve-pos", "solve-gen"])
+@pytest.mark.parametrize("rhs", ["vector", "matrix"])
+def test_rhs_of_unknown_layout_under_jit(rng, call, rhs):
+    """Under jit on mesh axes of type Auto a traced b does not say its layout;
+    with the mesh named (mesh=, spec=) x comes back row-sharded like a."""
+    n = 12
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
+                         devices=helpers.devices(4))
+    a = helpers.spd(rng, n, np.float64)
+    b = helpers.random_matrix(rng, n, np.float64, 2)
+    b = b[:, 0] if rhs == "vector" else b
+    kw = {"mesh": mesh, "spec": P("x", None)}
+    fn = {"potrs": lambda a, b: jaxmg.potrs(a, b, **kw),
+          "solve-pos": lambda a, b: jaxmg.solve(a, b, assume_a="pos", **kw),
+          "solve-gen": lambda a, b: jaxmg.solve(a, b, **kw)}[call]
+    for b_dev in (helpers.rows(b, mesh), helpers.replicated(b, mesh)):
+        x = jax.jit(fn)(helpers.rows(a, mesh), b_dev)
+        check_solution(a, x, b, np.float64)
+        assert x.sharding.spec[0] == "x", x.sharding
+
+
 # ---- factor reuse ----------------------------------------------------------------
 
 

@@ -76,9 +76,16 @@ def _eye_maker(n: int, dtype, mesh, spec):
 
 
 def is_row_sharded(b, placement) -> bool:
-    """b's rows sharded over the factor's axis (else it is treated as replicated)."""
-    spec = getattr(sharding_of(b), "spec", None)
-    if spec is None or len(spec) == 0 or placement.n_devices == 1:
+    """b's rows sharded over the factor's axis (else it is treated as
+    replicated). A b traced on mesh axes of type Auto does not say its
+    layout: it is taken as sharded like a's rows, the layout that scales."""
+    if placement.n_devices == 1:
+        return False
+    sharding = sharding_of(b)
+    if sharding is None:
+        return isinstance(b, jax.core.Tracer) and placement.placed and not placement.manual
+    spec = getattr(sharding, "spec", None)
+    if spec is None or len(spec) == 0:
         return False
     rows = spec[0][0] if isinstance(spec[0], tuple) and len(spec[0]) == 1 else spec[0]
     return rows == placement.axis
