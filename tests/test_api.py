@@ -142,9 +142,11 @@ def test_several_calls_in_one_jit(rng):
 # ---- Inside the caller's shard_map -----------------------------------------
 
 
+@pytest.mark.parametrize("tile", [2, 4, 100], ids=["tile2", "tile4-not-dividing", "tile100"])
 @pytest.mark.parametrize("b_layout", ["rows", "replicated"])
 @pytest.mark.parametrize("devices", [2, 3])
-def test_shard_map_potrs_local_blocks(rng, devices, b_layout):
+def test_shard_map_potrs_local_blocks(rng, devices, b_layout, tile):
+    """Any tile_size: the blocks' 6 rows take the largest divisor up to it."""
     n = 6 * devices
     mesh = helpers.mesh(devices)
     a = helpers.spd(rng, n, DTYPE, CONDITION)
@@ -153,7 +155,7 @@ def test_shard_map_potrs_local_blocks(rng, devices, b_layout):
 
     def body(a_block, b_block):
         assert a_block.shape == (n // devices, n)
-        x, info = jaxmg.potrs(a_block, b_block, tile_size=2, return_info=True)
+        x, info = jaxmg.potrs(a_block, b_block, tile_size=tile, return_info=True)
         assert x.shape == b_block.shape
         return x, info[None]
 
