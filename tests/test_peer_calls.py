@@ -35,7 +35,8 @@ def same(x, y):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
-@pytest.mark.parametrize("in_specs", [SPEC, (SPEC,), [SPEC]], ids=["spec", "tuple", "list"])
+@pytest.mark.parametrize("in_specs", [SPEC, (SPEC,), [SPEC], (SPEC, P(None, None))],
+                         ids=["spec", "tuple", "list", "a-and-b"])
 @pytest.mark.parametrize("tile", [1, 3, 5])
 def test_potrs_positional(rng, mesh, spd, tile, in_specs):
     a, placed = spd
@@ -91,12 +92,15 @@ def test_our_signature_is_shown():
 @pytest.mark.parametrize("call, error, words", [
     (lambda a, b, m: jaxmg.potrs(a, b, 4, tile_size=4), TypeError, "T_A and tile_size"),
     (lambda a, b, m: jaxmg.potrs(a, b, 4, T_A=4), TypeError, "multiple values for argument 'T_A'"),
-    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, (SPEC, P())), ValueError, "in_specs"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, (SPEC, P(), P())), ValueError, "in_specs"),
+    (lambda a, b, m: jaxmg.potri(a, 4, m, (SPEC, P())), ValueError, "in_specs"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, 12345), TypeError, "in_specs"),
     (lambda a, b, m: jaxmg.potrs(a, b, 4, m, SPEC, spec=SPEC), TypeError, "in_specs and spec"),
     (lambda a, b, m: jaxmg.potrs(a, b, 4, m, SPEC, True, True, 1), TypeError, "at most 7"),
     (lambda a, b, m: jaxmg.potrs(a, b, 4, pad="yes"), TypeError, "pad"),
     (lambda a, b, m: jaxmg.syevd(a, 2, return_eigenvectors="no"), TypeError, "compute_vectors"),
-], ids=["tile twice", "T_A twice", "two specs", "spec twice", "too many", "pad", "vectors"])
+], ids=["tile twice", "T_A twice", "three specs", "potri two specs", "not a spec", "spec twice",
+        "too many", "pad", "vectors"])
 def test_refused(mesh, spd, call, error, words):
     b = helpers.replicated(np.ones((N, 1)), mesh)
     with pytest.raises(error, match=words):

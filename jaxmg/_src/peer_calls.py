@@ -70,13 +70,18 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
 
 
 def _spec_of_a(routine: str, in_specs):
-    """in_specs as JAXMg 0.0.8 takes it: a's PartitionSpec, alone or as the one
-    element of a list or tuple."""
+    """in_specs as JAXMg takes it: a's PartitionSpec, alone or first in a list
+    or tuple (potrs: then b's, which b's own layout supersedes)."""
     if isinstance(in_specs, P) or in_specs is None:
         return in_specs
-    if isinstance(in_specs, (list, tuple)) and len(in_specs) == 1 \
-            and isinstance(in_specs[0], P):
-        return in_specs[0]
-    raise ValueError(
-        f"jaxmg.{routine}: in_specs must be a's PartitionSpec, e.g. P('x', None), or a "
-        f"one-element list or tuple holding it; got {in_specs!r}")
+    most = 2 if routine == "potrs" else 1
+    if not isinstance(in_specs, (list, tuple)):
+        raise TypeError(
+            f"jaxmg.{routine}: in_specs must be a's PartitionSpec, e.g. P('x', None), or a "
+            f"list or tuple of {'one or two' if most == 2 else 'one'}; got {in_specs!r}")
+    if not 1 <= len(in_specs) <= most or not all(isinstance(p, P) for p in in_specs):
+        what = "a's PartitionSpec, then optionally b's" if most == 2 else "a's PartitionSpec"
+        raise ValueError(
+            f"jaxmg.{routine}: in_specs must hold {what}, e.g. (P('x', None),); "
+            f"got {in_specs!r}")
+    return in_specs[0]
