@@ -45,6 +45,8 @@ ROUTINES = {
     "inv": ((general,), mnl.inv, jnp.linalg.inv),
     "inv-pos": ((spd,), lambda a: jaxmg.inv(a, assume_a="pos"), jnp.linalg.inv),
     "det": ((general,), mnl.det, jnp.linalg.det),
+    "cho_logdet": ((spd,), lambda a: jaxmg.cho_logdet(jaxmg.cho_factor(a)),
+                   lambda a: jnp.linalg.slogdet(a)[1]),
     "slogdet": ((general,), mnl.slogdet, jnp.linalg.slogdet),
     "solve": ((general, rhs), mnl.solve, jnp.linalg.solve),
     "solve-pos": ((spd, rhs), lambda a, b: msl.solve(a, b, assume_a="pos"),

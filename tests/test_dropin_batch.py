@@ -169,6 +169,16 @@ def test_lu_factor_and_cho_factor_take_batches(rng):
     _close(jaxmg.cho_solve(jaxmg.cho_factor(s), bs), jsl.cho_solve(jsl.cho_factor(s), bs))
 
 
+@pytest.mark.parametrize("place", [lambda x: x, _rows2], ids=["plain", "rows"])
+def test_cho_logdet_of_a_batched_factor(rng, place):
+    """One log det per matrix of the batch (it was NaN: the batch was read as
+    one matrix's diagonal)."""
+    s = np.stack([dropin.spd(rng, 4, np.float64) for _ in range(6)]).reshape(2, 3, 4, 4)
+    got = jaxmg.cho_logdet(jaxmg.cho_factor(place(s)))
+    assert got.shape == (2, 3)
+    _close(got, np.linalg.slogdet(s)[1])
+
+
 @pytest.mark.parametrize("mode", ["reduced", "complete", "r"])
 def test_qr_takes_batches(rng, mode):
     a = dropin.random(rng, (2, 3, 5, 3), np.float64)

@@ -339,6 +339,8 @@ def cho_logdet(c_and_a: CholeskyFactor):
     f = c_and_a
     if not isinstance(f, CholeskyFactor):
         raise TypeError("jaxmg.cho_logdet takes the CholeskyFactor that jaxmg.cho_factor returns")
+    if f.factor.ndim > 2:  # the factor of a batch: one log det per matrix
+        return batching.batch_map(cho_logdet, (f,), (f.factor.ndim - 2,))
     plain = _no_grad_factor(f)
     if f.a is None:
         return cholesky_logdet(plain.factor, plain.info, layout=f.layout)
