@@ -337,6 +337,8 @@ def test_wrong_forms_are_refused_as_highest_refuses_them(rng):
         jsl.cho_solve(jaxmg.cho_factor(a, precision="mixed"), np.ones(8))
     with pytest.raises(TypeError, match=r"\(lu, piv\).*jaxmg.lu_solve"):
         lu_, piv = jaxmg.lu_factor(a, precision="mixed")
+    with pytest.raises(TypeError, match=r"cho_logdet needs a float64 factor.*precision='highest'"):
+        jaxmg.cho_logdet(jaxmg.cho_factor(a, precision="mixed"))
     for fn in (jaxmg.cho_factor, jaxmg.lu_factor):
         with pytest.raises(ValueError, match=r"jaxmg: a must be a 2-D \(N, N\) matrix.*jax.vmap"):
             fn(np.stack([a, a]), precision="mixed")

@@ -337,6 +337,11 @@ def cho_logdet(c_and_a: CholeskyFactor):
     """log det A from :func:`cho_factor`'s result (real; NaN if A is not
     positive definite). Differentiable with respect to A."""
     f = c_and_a
+    if isinstance(f, mixed_api.MixedFactor):
+        raise TypeError(
+            "jaxmg.cho_logdet needs a float64 factor: precision='mixed' keeps a low-precision "
+            "one, whose log det has its precision only. Use cho_factor(a) (precision='highest') "
+            "for the log det; the mixed factor still solves (cho_solve)")
     if not isinstance(f, CholeskyFactor):
         raise TypeError("jaxmg.cho_logdet takes the CholeskyFactor that jaxmg.cho_factor returns")
     if f.factor.ndim > 2:  # the factor of a batch: one log det per matrix
