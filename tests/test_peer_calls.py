@@ -15,13 +15,12 @@ import helpers
 import jaxmg
 
 N = 40
-DEVICES = 4
 SPEC = P("x", None)
 
 
 @pytest.fixture(scope="module")
 def mesh():
-    return helpers.mesh(DEVICES)
+    return helpers.mesh(min(4, jax.device_count()))  # one GPU: a mesh of one
 
 
 @pytest.fixture
@@ -35,14 +34,15 @@ def same(x, y):
         np.testing.assert_array_equal(np.asarray(u), np.asarray(v))
 
 
+@pytest.mark.parametrize("backend", ["auto", "jaxmg"])
 @pytest.mark.parametrize("in_specs", [SPEC, (SPEC,), [SPEC], (SPEC, P(None, None))],
                          ids=["spec", "tuple", "list", "a-and-b"])
 @pytest.mark.parametrize("tile", [1, 3, 5])
-def test_potrs_positional(rng, mesh, spd, tile, in_specs):
+def test_potrs_positional(rng, mesh, spd, tile, in_specs, backend):
     a, placed = spd
     b = helpers.replicated(helpers.random_matrix(rng, N, np.float64, 1), mesh)
-    x = jaxmg.potrs(placed, b, tile, mesh, in_specs)
-    same(x, jaxmg.potrs(placed, b, tile_size=tile, mesh=mesh, spec=SPEC))
+    x = jaxmg.potrs(placed, b, tile, mesh, in_specs, backend=backend)
+    same(x, jaxmg.potrs(placed, b, tile_size=tile, mesh=mesh, spec=SPEC, backend=backend))
     assert x.shape == (N, 1)
     assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
 
