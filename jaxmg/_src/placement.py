@@ -128,20 +128,31 @@ def _underlying_sharding(x):
 
 def in_sharded_batch(x) -> bool:
     """Whether x is an element of a batch under vmap whose batch axis is
-    sharded over devices (read from the batched array: the element's own
-    type no longer says)."""
+    sharded over devices. The element's own type no longer says: the batched
+    array's does (its type under explicit sharding, or the concrete array
+    under eager transformations, whose spec still holds every batch axis)."""
+    batch_dims = []
     for _ in range(64):
         if not isinstance(x, jax.core.Tracer):
-            return False
+            break
         if hasattr(x, "batch_dim") and hasattr(x, "val"):
-            sharding = sharding_of(x.val)
-            spec = getattr(sharding, "spec", None)
-            if isinstance(x.batch_dim, int) and spec is not None \
-                    and x.batch_dim < len(spec) and spec[x.batch_dim] is not None:
+            if not isinstance(x.batch_dim, int):
+                return False
+            spec = getattr(sharding_of(x.val), "spec", None)
+            if spec is not None and x.batch_dim < len(spec) and spec[x.batch_dim] is not None:
                 return True
+            batch_dims.append(x.batch_dim)
             x = x.val
         else:
             x = getattr(x, "primal", None)
+    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
+    if not batch_dims or not isinstance(sharding, NamedSharding):
+        return False
+    entries = list(tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec)))
+    for d in reversed(batch_dims):  # as _underlying_sharding takes them out
+        if entries[d] is not None:
+            return True
+        del entries[d]
     return False
 
 
