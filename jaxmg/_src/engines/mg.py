@@ -41,11 +41,21 @@ def padded_size(n: int, n_devices: int, tile: int) -> int:
 
 def block_tile(rows: int, requested: int | None) -> int:
     """The tile of local blocks inside shard_map, where rows cannot be padded:
-    the largest divisor of the local rows up to the tile asked for (the
-    default when none is), as outside shard_map the tile is capped at N /
-    devices."""
-    limit = min(rows, config.DEFAULT_TILE if requested is None else requested)
-    return next(t for t in range(limit, 0, -1) if rows % t == 0)
+    the largest divisor of the local rows up to the default, or the tile
+    asked for (capped at the rows, as outside it is capped at N / devices),
+    which must divide them: another tile would give other roundings than the
+    same call outside shard_map."""
+    if requested is None:
+        return next(t for t in range(min(rows, config.DEFAULT_TILE), 0, -1) if rows % t == 0)
+    requested = min(requested, rows)
+    if rows % requested:
+        divisors = [t for t in range(1, rows + 1) if rows % t == 0]
+        raise ValueError(
+            f"jaxmg: inside shard_map tile_size must divide this device's {rows} rows (blocks "
+            f"cannot be padded there); {requested} does not. Use one of {divisors}, or leave "
+            "tile_size out"
+        )
+    return requested
 
 
 def _shard_map(body, placement, in_specs, out_specs):
