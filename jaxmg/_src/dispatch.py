@@ -55,7 +55,7 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
     if backend not in BACKENDS:
         raise ValueError(f"jaxmg: backend must be one of {BACKENDS}, got {backend!r}")
     if not placement.placed:
-        check_batch_element(placement, backend)
+        _check_batch_element(placement, backend)
         if backend not in ("auto", "jax"):
             raise ValueError(
                 f"jaxmg: backend={backend!r} needs to know the devices: under jit, pass mesh= "
@@ -129,7 +129,7 @@ def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> b
     return True
 
 
-def check_batch_element(placement: Placement, backend: str) -> None:
+def _check_batch_element(placement: Placement, backend: str) -> None:
     if placement is BATCH_ELEMENT and backend not in ("auto", "jax"):
         raise ValueError(
             f"jaxmg: backend={backend!r} spreads one matrix over devices, but these matrices "
@@ -145,7 +145,7 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
     if backend not in RECTANGULAR_BACKENDS:
         raise ValueError(f"jaxmg: {what} takes backend in {RECTANGULAR_BACKENDS}, got {backend!r}")
     if not placement.placed:
-        check_batch_element(placement, backend)
+        _check_batch_element(placement, backend)
         if backend == "mp":
             raise ValueError(
                 "jaxmg: backend='mp' needs to know the devices: under jit, pass mesh= and spec=, "

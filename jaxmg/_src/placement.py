@@ -98,32 +98,54 @@ def _single_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]), ("rows",))
 
 
-def _underlying_sharding(x):
-    """The mesh and spec of the concrete array under eager transformation
-    tracers (grad, jvp, vmap outside jit), with vmap's batch axes taken out of
-    the spec; (None, None) under jit, where there is no such array."""
-    batch_dims = []
+def _peel(x):
+    """The vmap levels of eager transformation tracers over x, outermost
+    first, as (batch dim, batched value), and the array under them: concrete,
+    or a tracer of jit; None under a batch dim that is not an int."""
+    levels = []
     for _ in range(64):
         if not isinstance(x, jax.core.Tracer):
             break
         if hasattr(x, "batch_dim") and hasattr(x, "val"):
             if not isinstance(x.batch_dim, int):
-                return None, None
-            batch_dims.append(x.batch_dim)
+                return levels, None
+            levels.append((x.batch_dim, x.val))
             x = x.val
         else:
             x = getattr(x, "primal", None)
-    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
-    if sharding is None or isinstance(x, jax.core.Tracer):
+    return levels, x
+
+
+def _concrete_named(x):
+    """x's NamedSharding, for a concrete array that has one."""
+    sharding = getattr(x, "sharding", None) if _concrete(x) else None
+    return sharding if isinstance(sharding, NamedSharding) else None
+
+
+def _batch_entries(x, levels):
+    """x's spec entries, one per dimension, then the entries of the batch axes
+    that `levels` took out, innermost level first."""
+    spec = _concrete_named(x).spec
+    entries = list(tuple(spec) + (None,) * (x.ndim - len(spec)))
+    taken = []
+    for d, _ in reversed(levels):  # the innermost array carries every batch axis
+        taken.append(entries.pop(d))
+    return entries, taken
+
+
+def _underlying_sharding(x):
+    """The mesh and spec of the concrete array under eager transformation
+    tracers (grad, jvp, vmap outside jit), with vmap's batch axes taken out of
+    the spec; (None, None) under jit, where there is no such array."""
+    levels, x = _peel(x)
+    sharding = getattr(x, "sharding", None) if _concrete(x) else None
+    if sharding is None:
         return None, None
     if not isinstance(sharding, NamedSharding):
         if len(sharding.device_set) == 1:
             return _single_device_mesh(next(iter(sharding.device_set))), P()
         return None, None
-    entries = list(tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec)))
-    for d in reversed(batch_dims):  # the innermost array carries every batch axis
-        del entries[d]
-    return sharding.mesh, P(*entries)
+    return sharding.mesh, P(*_batch_entries(x, levels)[0])
 
 
 def in_sharded_batch(x) -> bool:
@@ -131,29 +153,14 @@ def in_sharded_batch(x) -> bool:
     sharded over devices. The element's own type no longer says: the batched
     array's does (its type under explicit sharding, or the concrete array
     under eager transformations, whose spec still holds every batch axis)."""
-    batch_dims = []
-    for _ in range(64):
-        if not isinstance(x, jax.core.Tracer):
-            break
-        if hasattr(x, "batch_dim") and hasattr(x, "val"):
-            if not isinstance(x.batch_dim, int):
-                return False
-            spec = getattr(sharding_of(x.val), "spec", None)
-            if spec is not None and x.batch_dim < len(spec) and spec[x.batch_dim] is not None:
-                return True
-            batch_dims.append(x.batch_dim)
-            x = x.val
-        else:
-            x = getattr(x, "primal", None)
-    sharding = getattr(x, "sharding", None) if isinstance(x, jax.Array) else None
-    if not batch_dims or not isinstance(sharding, NamedSharding):
-        return False
-    entries = list(tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec)))
-    for d in reversed(batch_dims):  # as _underlying_sharding takes them out
-        if entries[d] is not None:
+    levels, base = _peel(x)
+    for d, value in levels:
+        spec = getattr(sharding_of(value), "spec", None)
+        if spec is not None and d < len(spec) and spec[d] is not None:
             return True
-        del entries[d]
-    return False
+    if not levels or _concrete_named(base) is None:
+        return False
+    return any(entry is not None for entry in _batch_entries(base, levels)[1])
 
 
 def _context_mesh():
