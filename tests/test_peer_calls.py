@@ -1,5 +1,6 @@
-"""JAXMg 0.0.8's call forms of potrs, potri and syevd (T_A, mesh and in_specs
-positionally or by name, return_status, return_eigenvectors, pad) give what
+"""JAXMg's call forms of potrs, potri and syevd (T_A, mesh and in_specs
+positionally or by name, return_status, return_eigenvectors, pad; later,
+matrix_specs and potrs's return_logdet) give what
 jaxmg's own call form gives, eagerly and under jit; conflicting or malformed
 ones are refused naming the argument."""
 
@@ -64,6 +65,25 @@ def test_potrs_under_jit_with_status(rng, mesh, spd):
     assert int(status) == 1 and np.isnan(np.asarray(x)).all()
 
 
+@pytest.mark.parametrize("status", [False, True])
+def test_potrs_later_forms(rng, mesh, spd, status):
+    """JAXMg's later potrs: matrix_specs for in_specs, return_logdet giving
+    (x, log det a[, status]) from one factorisation."""
+    a, placed = spd
+    b = helpers.replicated(helpers.random_matrix(rng, N, np.float64, 2), mesh)
+    out = jaxmg.potrs(placed, b, 4, mesh, matrix_specs=SPEC, return_logdet=True,
+                      return_status=status)
+    assert len(out) == 2 + status
+    same(out[0], jaxmg.potrs(placed, b, tile_size=4))
+    np.testing.assert_allclose(float(out[1]), np.linalg.slogdet(a)[1], rtol=1e-12)
+    if status:
+        assert int(out[2]) == 0
+    x, logdet = jax.jit(lambda a, b: jaxmg.potrs(a, b, 4, matrix_specs=(SPEC,),
+                                                  return_logdet=True))(placed, b)
+    np.testing.assert_allclose(float(logdet), np.linalg.slogdet(a)[1], rtol=1e-12)
+    assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+
+
 def test_potri_positional(mesh, spd):
     a, placed = spd
     inv, status = jaxmg.potri(placed, 3, mesh, [SPEC], True)
@@ -99,8 +119,13 @@ def test_our_signature_is_shown():
     (lambda a, b, m: jaxmg.potrs(a, b, 4, m, SPEC, True, True, 1), TypeError, "at most 7"),
     (lambda a, b, m: jaxmg.potrs(a, b, 4, pad="yes"), TypeError, "pad"),
     (lambda a, b, m: jaxmg.syevd(a, 2, return_eigenvectors="no"), TypeError, "compute_vectors"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, m, SPEC, matrix_specs=SPEC), TypeError,
+     "matrix_specs and in_specs"),
+    (lambda a, b, m: jaxmg.potri(a, 4, return_logdet=True), TypeError, "no return_logdet"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 4, return_logdet=True, precision="mixed"), ValueError,
+     "return_logdet needs the float64 factor"),
 ], ids=["tile twice", "T_A twice", "three specs", "potri two specs", "not a spec", "spec twice",
-        "too many", "pad", "vectors"])
+        "too many", "pad", "vectors", "both spec names", "potri logdet", "mixed logdet"])
 def test_refused(mesh, spd, call, error, words):
     b = helpers.replicated(np.ones((N, 1)), mesh)
     with pytest.raises(error, match=words):

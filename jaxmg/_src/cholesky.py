@@ -83,7 +83,7 @@ class CholeskyFactor:
 
 
 @returns_ready_on_cpus
-@peer_calls.accepts_peer_calls(arrays=2)
+@peer_calls.accepts_peer_calls(arrays=2, with_logdet=lambda *a, **k: _potrs_with_logdet(*a, **k))
 def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False, precision="highest"):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
@@ -117,9 +117,10 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
       x with b's shape and layout (all NaN if a is not positive definite),
       and info (int32 scalar) if ``return_info``.
 
-    JAXMg 0.0.8's call form, ``potrs(a, b, T_A, mesh, in_specs,
-    return_status=False, pad=True)``, runs too (T_A is tile_size, in_specs
-    a's spec, return_status return_info; pad has no effect).
+    JAXMg's call form, ``potrs(a, b, T_A, mesh, in_specs,
+    return_status=False, pad=True)`` (``matrix_specs`` for in_specs, and
+    ``return_logdet``, in its later releases), runs too (T_A is tile_size,
+    in_specs a's spec, return_status return_info; pad has no effect).
     """
     return_info = arguments.check_flag(return_info, "return_info")
     if mixed_api.check_precision(precision):
@@ -350,6 +351,17 @@ def cho_logdet(c_and_a: CholeskyFactor):
     if f.a is None:
         return cholesky_logdet(plain.factor, plain.info, layout=f.layout)
     return _spd_logdet(f.layout, f.a, plain.factor, plain.info)
+
+
+def _potrs_with_logdet(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto",
+                       return_info=False, donate=False, precision="highest"):
+    """potrs's (x, log det a[, info]), JAXMg's return_logdet: one factorisation."""
+    if mixed_api.check_precision(precision):
+        raise ValueError("jaxmg.potrs: return_logdet needs the float64 factor; leave precision "
+                         "out (precision='mixed' keeps a low-precision one)")
+    f = cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend, donate=donate)
+    x, logdet = cho_solve(f, b), cho_logdet(f)
+    return (x, logdet, f.info) if arguments.check_flag(return_info, "return_info") else (x, logdet)
 
 
 @returns_ready_on_cpus

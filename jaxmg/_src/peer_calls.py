@@ -1,10 +1,11 @@
-"""JAXMg 0.0.8's call forms of potrs, potri and syevd, read as jaxmg's.
+"""JAXMg's call forms of potrs, potri and syevd, read as jaxmg's.
 
 Code written for that package calls ``potrs(a, b, T_A, mesh, in_specs,
 return_status=False, pad=True)``, ``potri(a, T_A, ...)`` and ``syevd(a, T_A,
-mesh, in_specs, return_eigenvectors=True, ...)``; the same calls run here,
-each name mapped to jaxmg's option. ``pad`` has no effect: jaxmg lays out any
-N itself.
+mesh, in_specs, return_eigenvectors=True, ...)`` (0.0.8), and its later
+releases name a's spec ``matrix_specs`` and let potrs ``return_logdet``; the
+same calls run here, each name mapped to jaxmg's option. ``pad`` has no
+effect: jaxmg lays out any N itself.
 """
 
 from __future__ import annotations
@@ -25,18 +26,23 @@ _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
          "return_eigenvectors": "compute_vectors", "mesh": "mesh"}
 
 
-def accepts_peer_calls(arrays: int):
+def accepts_peer_calls(arrays: int, with_logdet=None):
     """Lets the wrapped routine (whose first `arrays` parameters are arrays and
-    the rest keyword-only) be called as JAXMg 0.0.8's namesake."""
+    the rest keyword-only) be called as JAXMg's namesake. with_logdet: the
+    routine's form that also returns log det a (potrs's return_logdet)."""
 
     def wrap(routine):
         names = _PARAMETERS[routine.__name__]
-        theirs_only = frozenset(names) - {"mesh"}
+        theirs_only = frozenset(names) - {"mesh"} | {"matrix_specs", "return_logdet"}
 
         @functools.wraps(routine)
         def call(*args, **kwargs):
             if len(args) > arrays or not theirs_only.isdisjoint(kwargs):
-                args, kwargs = _as_ours(routine.__name__, names, arrays, args, kwargs)
+                args, kwargs, logdet = _as_ours(routine.__name__, names, arrays, args, kwargs)
+                if logdet:
+                    if with_logdet is None:
+                        raise TypeError(f"jaxmg.{routine.__name__} has no return_logdet")
+                    return with_logdet(*args, **kwargs)
             return routine(*args, **kwargs)
 
         return call
@@ -45,12 +51,19 @@ def accepts_peer_calls(arrays: int):
 
 
 def _as_ours(routine: str, names, arrays: int, args, kwargs):
+    """(args, kwargs) as jaxmg names them, and whether log det a is asked for."""
     if len(args) > arrays + len(names):
         raise TypeError(
             f"jaxmg.{routine} takes at most {arrays + len(names)} positional arguments "
             f"(the arrays, then {', '.join(names)}), got {len(args)}")
     given = dict(zip(names, args[arrays:]))
     kwargs = dict(kwargs)
+    if "matrix_specs" in kwargs:  # the later name of in_specs
+        if "in_specs" in kwargs or "in_specs" in given:
+            raise TypeError(f"jaxmg.{routine}: matrix_specs and in_specs name the same option; "
+                            "pass only one")
+        kwargs["in_specs"] = kwargs.pop("matrix_specs")
+    logdet = arguments.check_flag(kwargs.pop("return_logdet", False), "return_logdet")
     for name in names:
         if name in kwargs:
             if name in given:
@@ -66,7 +79,7 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
             raise TypeError(
                 f"jaxmg.{routine}: {name} and {ours} name the same option; pass only one")
         kwargs[ours] = value
-    return args[:arrays], kwargs
+    return args[:arrays], kwargs, logdet
 
 
 def _spec_of_a(routine: str, in_specs):
