@@ -151,6 +151,31 @@ def test_eager_gradient_on_auto_axes(rng, name):
     batch_sharded(got, None)
 
 
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("kind", list(AXIS_TYPES))
+@pytest.mark.parametrize("a_spec, b_spec", [
+    (P(None, "i"), P(None, "i")),  # the second of two batch axes sharded
+    (P("i"), P()),  # b's batch not sharded
+    (P(), P("i")),  # a's not
+    (P(None, None, "i"), P("i")),  # a's rows sharded, b's batch
+], ids=["second-axis", "b-unsharded", "a-unsharded", "a-rows"])
+def test_batch_axes_sharded_unalike(rng, kind, a_spec, b_spec, jit):
+    """Two batch axes, one sharded, and operands whose batch axes are
+    sharded differently: solved as JAX solves the unsharded batch, and
+    where a batch axis is sharded, x keeps it."""
+    a = general(rng, np.float32).reshape(2, 4, N, N)
+    b = rhs(rng, np.float32).reshape(2, 4, N, K)
+    mesh = mesh_of(kind)
+    placed_a = jax.device_put(a, NamedSharding(mesh, a_spec))
+    placed_b = jax.device_put(b, NamedSharding(mesh, b_spec))
+    solve = jax.jit(mnl.solve) if jit else mnl.solve
+    x = solve(placed_a, placed_b)
+    assert_close("solve", x, jnp.linalg.solve(a, b), np.float32)
+    if a_spec == P(None, "i") or kind == "explicit":
+        spec = tuple(x.sharding.spec) + (None, None)
+        assert "i" in spec[:2], x.sharding
+
+
 def test_distributed_backend_refused(rng):
     mesh = mesh_of("explicit")
     a = jax.device_put(spd(rng, np.float64), NamedSharding(mesh, P("i")))

@@ -4,10 +4,9 @@ so a distributed call meets once per element, in order)."""
 
 from __future__ import annotations
 
-import math
-
 import jax
 import jax.numpy as jnp
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 
 def broadcast_map(fn, args, core_ndims):
@@ -19,21 +18,61 @@ def broadcast_map(fn, args, core_ndims):
 def batch_map(fn, args, batch_ndims):
     """fn over the broadcast leading axes of `args`, where every leaf of the
     pytree args[i] (an array, or a factor such as LUFactor) has
-    batch_ndims[i] leading batch axes; outputs get the batch axes in front."""
+    batch_ndims[i] leading batch axes; outputs get the batch axes in front.
+    One vmap per batch axis, not one over their product: the axes keep their
+    shardings (merging a sharded axis into another is a reshape that
+    explicit sharding refuses)."""
     shapes = []
     for a, k in zip(args, batch_ndims):
         leaves = jax.tree.leaves(a)
         shapes.append(leaves[0].shape[:k] if leaves else ())
     batch = jnp.broadcast_shapes(*shapes)
-    size = math.prod(batch)
 
-    def flatten(x, k):
-        core = x.shape[k:]
-        return jnp.broadcast_to(x, batch + core).reshape((size,) + core)
+    def expand(x, k):
+        return jnp.broadcast_to(x, batch + x.shape[k:])
 
-    flat = [jax.tree.map(lambda x, k=k: flatten(x, k), a) for a, k in zip(args, batch_ndims)]
-    out = jax.vmap(fn)(*flat)
-    return jax.tree.map(lambda o: o.reshape(batch + o.shape[1:]), out)
+    full = [jax.tree.map(lambda x, k=k: expand(x, k), a) for a, k in zip(args, batch_ndims)]
+    full = _batch_axes_sharded_alike(full, len(batch))
+    mapped = fn
+    for _ in batch:
+        mapped = jax.vmap(mapped)
+    return mapped(*full)
+
+
+def _batch_axes_sharded_alike(args, k: int):
+    """args with each of the k batch axes sharded the same way in every leaf
+    (the first sharding given wins), as vmap needs on explicit mesh axes."""
+    leaves, tree = jax.tree.flatten(args)
+    typed = [_explicit_sharding(x) for x in leaves]
+    specs = [None if t is None else t[1] for t in typed]
+    target = [next((s[j] for s in specs if s is not None and s[j] is not None), None)
+              for j in range(k)]
+    used = {name for entry in target for name in _names(entry)}
+    out = []
+    for x, t in zip(leaves, typed):
+        if t is not None and any(t[1][j] != target[j] for j in range(k)):
+            # A core axis sharded over a mesh axis the batch now takes is
+            # gathered: an axis can shard one dimension only.
+            core = [None if used & set(_names(e)) else e for e in t[1][k:]]
+            x = jax.sharding.reshard(x, NamedSharding(t[0], P(*target, *core)))
+        out.append(x)
+    return jax.tree.unflatten(tree, out)
+
+
+def _names(entry):
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+
+
+def _explicit_sharding(x):
+    """(mesh, spec with one entry per dimension) where x's type is sharded on
+    explicit mesh axes (the concrete mesh of a concrete array); None otherwise."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or AxisType.Explicit not in mesh.axis_types:
+        return None
+    concrete = getattr(x, "sharding", None) if not isinstance(x, jax.core.Tracer) else None
+    mesh = getattr(concrete, "mesh", mesh)
+    return mesh, tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
 
 
 def batched(a, core_ndim: int = 2) -> bool:
