@@ -158,7 +158,8 @@ def test_eager_gradient_on_auto_axes(rng, name):
     (P("i"), P()),  # b's batch not sharded
     (P(), P("i")),  # a's not
     (P(None, None, "i"), P("i")),  # a's rows sharded, b's batch
-], ids=["second-axis", "b-unsharded", "a-unsharded", "a-rows"])
+    (P("i"), P(None, "i")),  # crossed: one mesh axis cannot shard both batch axes
+], ids=["second-axis", "b-unsharded", "a-unsharded", "a-rows", "crossed"])
 def test_batch_axes_sharded_unalike(rng, kind, a_spec, b_spec, jit):
     """Two batch axes, one sharded, and operands whose batch axes are
     sharded differently: solved as JAX solves the unsharded batch, and

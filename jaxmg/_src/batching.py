@@ -44,10 +44,12 @@ def _batch_axes_sharded_alike(args, k: int):
     (the first sharding given wins), as vmap needs on explicit mesh axes."""
     leaves, tree = jax.tree.flatten(args)
     typed = [_explicit_sharding(x) for x in leaves]
-    specs = [None if t is None else t[1] for t in typed]
-    target = [next((s[j] for s in specs if s is not None and s[j] is not None), None)
-              for j in range(k)]
-    used = {name for entry in target for name in _names(entry)}
+    target, used = [], set()
+    for j in range(k):  # a mesh axis shards one batch axis at most
+        entry = next((t[1][j] for t in typed if t is not None and t[1][j] is not None
+                      and not used & set(_names(t[1][j]))), None)
+        target.append(entry)
+        used |= set(_names(entry))
     out = []
     for x, t in zip(leaves, typed):
         if t is not None and any(t[1][j] != target[j] for j in range(k)):
