@@ -16,7 +16,7 @@ from jaxmg._src.least_squares import lstsq, qr
 from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
 from jaxmg._src.triangular import solve_triangular
 from jaxmg._src.lu import LUFactor, lu, lu_factor, lu_solve
-from jaxmg._src.polar import polar, svd
+from jaxmg._src.polar import gesvd, polar, svd
 
 __version__ = "0.2.0"
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "det",
     "eigh",
     "eigvalsh",
+    "gesvd",
     "inv",
     "lstsq",
     "lu",

@@ -1,8 +1,8 @@
 """JAXMg's call forms of potrs, potri and syevd (T_A, mesh and in_specs
 positionally or by name, return_status, return_eigenvectors, pad; later,
-matrix_specs and potrs's return_logdet) give what
-jaxmg's own call form gives, eagerly and under jit; conflicting or malformed
-ones are refused naming the argument."""
+matrix_specs, donate, potrs's return_logdet, lu_solve of a matrix and gesvd)
+give what jaxmg's own call form gives, eagerly and under jit; conflicting or
+malformed ones are refused naming the argument."""
 
 import functools
 import inspect
@@ -104,9 +104,77 @@ def test_syevd_forms(mesh, spd, vectors, status):
     np.testing.assert_allclose(np.asarray(out[0]), np.linalg.eigvalsh(a), rtol=1e-12, atol=1e-12)
 
 
+@pytest.fixture
+def general(rng, mesh):
+    a = helpers.random_matrix(rng, N, np.float64) + N * np.eye(N)
+    return a, helpers.rows(a, mesh)
+
+
+@pytest.mark.parametrize("rhs", ["vector", "matrix"])
+def test_lu_solve_of_a_matrix(rng, mesh, general, rhs):
+    """JAXMg's lu_solve(a, b, T_A, mesh, matrix_specs): a matrix where
+    jax.scipy's lu_solve takes a factor; b's rank kept."""
+    a, placed = general
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    b = b[:, 0] if rhs == "vector" else b
+    x = jaxmg.lu_solve(placed, b, 4, mesh, SPEC)
+    assert x.shape == b.shape
+    same(x, jaxmg.lu_solve(jaxmg.lu_factor(placed, tile_size=4), b))
+    assert helpers.residual(a, x.reshape(N, -1), b.reshape(N, -1)) <= helpers.tolerance(
+        np.float64, N, 10.0)
+    x, status = jaxmg.lu_solve(a=placed, b=b, T_A=3, matrix_specs=(SPEC,), return_status=True,
+                               pad=True, donate=False)
+    assert int(status) == 0 and x.shape == b.shape
+
+
+def test_lu_solve_of_a_matrix_under_jit(rng, mesh, general):
+    a, placed = general
+    b = helpers.replicated(np.ones((N, 1)), mesh)
+    solve = jax.jit(functools.partial(jaxmg.lu_solve, T_A=2, mesh=mesh, matrix_specs=SPEC,
+                                      return_status=True))
+    x, status = solve(placed, b)
+    assert int(status) == 0
+    assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+    singular = np.ones((N, N))
+    x, status = solve(helpers.rows(singular, mesh), b)
+    assert int(status) > 0 and np.isnan(np.asarray(x)).all()
+
+
+def test_lu_solve_of_a_factor_unchanged(rng, general):
+    """jax.scipy's form still takes its trans third: (lu, piv), b, trans."""
+    a, placed = general
+    b = helpers.random_matrix(rng, N, np.float64, 1)
+    x = jaxmg.lu_solve(jax.scipy.linalg.lu_factor(a), b, 1)
+    np.testing.assert_allclose(a.T @ np.asarray(x), b, atol=1e-10)
+
+
+@pytest.mark.parametrize("u, vh", [(True, True), (True, False), (False, True), (False, False)])
+@pytest.mark.parametrize("full", [False, True])
+def test_gesvd(rng, mesh, u, vh, full):
+    a = helpers.random_matrix(rng, N, np.float64, N // 2)  # tall: full differs from reduced
+    placed = helpers.rows(a, mesh)
+    out = jaxmg.gesvd(placed, 4, mesh, SPEC, compute_u=u, compute_vh=vh, full_matrices=full,
+                      return_status=True)
+    out = list(out)
+    assert int(out.pop()) == 0
+    s = out.pop(1 if u else 0)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), rtol=1e-12)
+    k = N if full else N // 2
+    if u:
+        assert out[0].shape == (N, k)
+    if vh:
+        assert out[-1].shape == (N // 2, N // 2)
+    if u and vh:
+        recon = np.asarray(out[0])[:, : N // 2] * np.asarray(s) @ np.asarray(out[1])
+        np.testing.assert_allclose(recon, a, atol=1e-12)
+    alone = jaxmg.gesvd(placed, 4, compute_u=False, compute_vh=False)
+    np.testing.assert_allclose(np.asarray(alone), np.asarray(s), rtol=1e-12)
+
+
 def test_our_signature_is_shown():
     assert "tile_size" in inspect.signature(jaxmg.potrs).parameters
     assert "compute_vectors" in inspect.signature(jaxmg.syevd).parameters
+    assert "trans" in inspect.signature(jaxmg.lu_solve).parameters
 
 
 @pytest.mark.parametrize("call, error, words", [
@@ -124,8 +192,20 @@ def test_our_signature_is_shown():
     (lambda a, b, m: jaxmg.potri(a, 4, return_logdet=True), TypeError, "no return_logdet"),
     (lambda a, b, m: jaxmg.potrs(a, b, 4, return_logdet=True, precision="mixed"), ValueError,
      "return_logdet needs the float64 factor"),
+    (lambda a, b, m: jaxmg.lu_solve(a, b), TypeError, "no T_A"),
+    (lambda a, b, m: jaxmg.lu_solve(a, b, 0), ValueError, "T_A .the tile size. must be a positive"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 2.5), TypeError, "T_A .the tile size. must be a positive"),
+    (lambda a, b, m: jaxmg.lu_solve(a, b, 2, trans=1), TypeError, r"unexpected argument.*trans"),
+    (lambda a, b, m: jaxmg.lu_solve(a[:, :3], b, 2), ValueError, "must be square"),
+    (lambda a, b, m: jaxmg.gesvd(a, 2, matrix_specs=SPEC, in_specs=SPEC), TypeError,
+     "matrix_specs and in_specs"),
+    (lambda a, b, m: jaxmg.gesvd(a, -1), ValueError, "T_A"),
+    (lambda a, b, m: jaxmg.gesvd(a, 2, compute_u="yes"), TypeError, "compute_u"),
+    (lambda a, b, m: jaxmg.gesvd(np.ones((4, 4), np.int32), 2), TypeError, "int32"),
 ], ids=["tile twice", "T_A twice", "three specs", "potri two specs", "not a spec", "spec twice",
-        "too many", "pad", "vectors", "both spec names", "potri logdet", "mixed logdet"])
+        "too many", "pad", "vectors", "both spec names", "potri logdet", "mixed logdet",
+        "lu no T_A", "lu T_A zero", "potrs T_A float", "lu trans", "lu not square",
+        "gesvd both spec names", "gesvd T_A", "gesvd flag", "gesvd int"])
 def test_refused(mesh, spd, call, error, words):
     b = helpers.replicated(np.ones((N, 1)), mesh)
     with pytest.raises(error, match=words):

@@ -22,6 +22,7 @@ from jaxmg._src import (
     dispatch,
     failures,
     operators,
+    peer_calls,
     sharding,
     triangular,
 )
@@ -114,7 +115,20 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     return f
 
 
+def _solve_matrix(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, donate=False):
+    """x with a @ x = b from lu_factor and lu_solve: JAXMg's lu_solve(a, b, T_A)."""
+    a = arguments.inexact(a, "a")
+    arguments.check_rank2(a, "a")
+    if a.shape[0] != a.shape[1]:
+        raise ValueError(f"jaxmg.lu_solve(a, b, T_A): a must be square, got shape {a.shape}")
+    return_info = arguments.check_flag(return_info, "return_status")
+    f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, donate=donate)
+    x = lu_solve(f, b)
+    return (x, f.info) if return_info else x
+
+
 @returns_ready_on_cpus
+@peer_calls.accepts_matrix_form(_solve_matrix)
 def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     """Solves op(A) X = B, op(A) = A, A^T or A^H for trans = 0, 1, 2, like
     jax.scipy.linalg.lu_solve.
@@ -122,6 +136,11 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     lu_and_piv: the LUFactor from :func:`lu_factor` (the factor stays in the
     engine's layout), or jax.scipy's ``(lu, piv)`` pair (solved by
     distributed triangular solves). Differentiable with respect to b and A.
+
+    Called as JAXMg's ``lu_solve(a, b, T_A, mesh=None, matrix_specs=None, *,
+    return_status=False, donate=False)``, with the matrix a itself first, it
+    solves a @ x = b (lu_factor with tile_size=T_A, then lu_solve); status
+    is jaxmg's info (0, or k > 0 where U(k, k) is exactly zero).
     """
     del overwrite_b, check_finite
     f = lu_and_piv

@@ -1,17 +1,21 @@
-"""JAXMg's call forms of potrs, potri and syevd, read as jaxmg's.
+"""JAXMg's call forms of potrs, potri, syevd and lu_solve, read as jaxmg's.
 
 Code written for that package calls ``potrs(a, b, T_A, mesh, in_specs,
 return_status=False, pad=True)``, ``potri(a, T_A, ...)`` and ``syevd(a, T_A,
-mesh, in_specs, return_eigenvectors=True, ...)`` (0.0.8), and its later
-releases name a's spec ``matrix_specs`` and let potrs ``return_logdet``; the
-same calls run here, each name mapped to jaxmg's option. ``pad`` has no
-effect: jaxmg lays out any N itself.
+mesh, in_specs, return_eigenvectors=True, ...)`` (0.0.8); its 1.x releases
+name a's spec ``matrix_specs``, let potrs ``return_logdet``, take ``donate``
+and solve general systems by ``lu_solve(a, b, T_A, mesh, matrix_specs)``, a
+matrix where jax.scipy's lu_solve takes a factor. The same calls run here,
+each name mapped to jaxmg's option. ``pad`` has no effect: jaxmg lays out any
+N itself.
 """
 
 from __future__ import annotations
 
 import functools
 
+import jax
+import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments
@@ -21,9 +25,10 @@ _PARAMETERS = {
     "potrs": ("T_A", "mesh", "in_specs", "return_status", "pad"),
     "potri": ("T_A", "mesh", "in_specs", "return_status", "pad"),
     "syevd": ("T_A", "mesh", "in_specs", "return_eigenvectors", "return_status", "pad"),
+    "lu_solve": ("T_A", "mesh", "in_specs", "return_status", "pad", "donate"),
 }
 _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
-         "return_eigenvectors": "compute_vectors", "mesh": "mesh"}
+         "return_eigenvectors": "compute_vectors", "mesh": "mesh", "donate": "donate"}
 
 
 def accepts_peer_calls(arrays: int, with_logdet=None):
@@ -50,6 +55,61 @@ def accepts_peer_calls(arrays: int, with_logdet=None):
     return wrap
 
 
+def accepts_matrix_form(solve_matrix):
+    """Lets jax.scipy's lu_solve(lu_and_piv, b, ...) also be called as JAXMg's
+    lu_solve(a, b, T_A, mesh, matrix_specs, *, in_specs, return_status, pad,
+    donate): a matrix (an array, not a factor) first solves a x = b by
+    solve_matrix(a, b, tile_size=, mesh=, spec=, return_info=, donate=)."""
+
+    def wrap(routine):
+        @functools.wraps(routine)
+        def call(*args, **kwargs):
+            first = args[0] if args else kwargs.get("a")
+            if not isinstance(first, (jax.Array, np.ndarray)):
+                return routine(*args, **kwargs)
+            if not args:
+                args = (kwargs.pop("a"),)
+            if len(args) < 2 and "b" in kwargs:
+                args = (*args, kwargs.pop("b"))
+            if len(args) < 3 and "T_A" not in kwargs:
+                raise TypeError(
+                    f"jaxmg.{routine.__name__} takes the factor from lu_factor, as "
+                    f"jax.scipy.linalg.{routine.__name__} does, or a matrix with its tile size, as "
+                    f"JAXMg's {routine.__name__}(a, b, T_A); got a matrix and no T_A")
+            names = _PARAMETERS[routine.__name__]
+            args, kwargs, _ = _as_ours(routine.__name__, names, 2, args, kwargs)
+            unknown = set(kwargs) - {"tile_size", "mesh", "spec", "return_info", "donate"}
+            if unknown:
+                raise TypeError(
+                    f"jaxmg.{routine.__name__}(a, b, T_A, ...) got unexpected argument(s) "
+                    f"{sorted(unknown)}; it takes {', '.join(names)} and matrix_specs")
+            return solve_matrix(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def spec_of_a(routine: str, matrix_specs, in_specs):
+    """a's PartitionSpec from JAXMg's matrix_specs or its older name in_specs."""
+    if matrix_specs is not None and in_specs is not None:
+        raise TypeError(f"jaxmg.{routine}: matrix_specs and in_specs name the same option; "
+                        "pass only one")
+    return _spec_of_a(routine, in_specs if matrix_specs is None else matrix_specs)
+
+
+def check_tile(routine: str, T_A):  # noqa: N803 (JAXMg's name)
+    """T_A as JAXMg takes it, refused by that name when it is no tile size."""
+    if T_A is None:
+        return None
+    message = f"jaxmg.{routine}: T_A (the tile size) must be a positive int, got {T_A!r}"
+    if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
+        raise TypeError(message)
+    if T_A < 1:
+        raise ValueError(message)
+    return int(T_A)
+
+
 def _as_ours(routine: str, names, arrays: int, args, kwargs):
     """(args, kwargs) as jaxmg names them, and whether log det a is asked for."""
     if len(args) > arrays + len(names):
@@ -71,6 +131,8 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
             given[name] = kwargs.pop(name)
     if "pad" in given:
         arguments.check_flag(given.pop("pad"), "pad")
+    if "T_A" in given:
+        given["T_A"] = check_tile(routine, given["T_A"])
     if "in_specs" in given:
         given["in_specs"] = _spec_of_a(routine, given["in_specs"])
     for name, value in given.items():

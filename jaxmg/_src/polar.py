@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, eigh, sharding
+from jaxmg._src import arguments, batching, dispatch, eigh, peer_calls, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import base, mp, native
 from jaxmg._src.placement import resolve_placement
@@ -305,6 +305,42 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
         out = out if return_info else out[:-1]
         return out[0] if len(out) == 1 else out
     return (*out[:3], out[3]) if return_info else SVDResult(*out[:3])
+
+
+def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, compute_u=True,  # noqa: N803
+          compute_vh=True, full_matrices=False, return_status=False, pad=True, donate=False,
+          backend="auto"):
+    """The SVD in JAXMg's call form, ``gesvd(a, T_A, mesh, matrix_specs)``.
+
+    Args:
+      a: (M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``.
+      T_A: JAXMg's tile size, checked and otherwise unused (jaxmg's SVD picks
+        its own blocks); pad, donate: accepted, no effect (a is kept).
+      mesh, matrix_specs (or in_specs): the mesh and a's PartitionSpec, read
+        from ``a.sharding`` when not given.
+      compute_u, compute_vh: return u, vh; full_matrices: u (M, M) and vh
+        (N, N) rather than (M, K), (K, N), K = min(M, N) (the default here,
+        as JAXMg's, unlike :func:`svd`'s).
+      return_status: also return jaxmg's info (0 on success), last.
+      backend: as for :func:`svd`.
+
+    Returns:
+      ``(u, s, vh)``, ``(u, s)``, ``(s, vh)`` or ``s`` as asked, s in
+      descending order; then info if ``return_status``.
+    """
+    spec = peer_calls.spec_of_a("gesvd", matrix_specs, in_specs)
+    peer_calls.check_tile("gesvd", T_A)
+    arguments.check_dtype(arguments.as_array(a, "a"), "a")  # as potrs, syevd: no promotion
+    compute_u = arguments.check_flag(compute_u, "compute_u")
+    compute_vh = arguments.check_flag(compute_vh, "compute_vh")
+    for value, name in ((pad, "pad"), (donate, "donate"), (return_status, "return_status")):
+        arguments.check_flag(value, name)
+    out = svd(a, full_matrices=full_matrices, compute_uv=compute_u or compute_vh, mesh=mesh,
+              spec=spec, backend=backend, return_info=True)
+    u, s, vh, info = out if compute_u or compute_vh else (None, *out[:1], None, out[1])
+    result = tuple(x for x, wanted in ((u, compute_u), (s, True), (vh, compute_vh)) if wanted)
+    result += (info,) if return_status else ()
+    return result[0] if len(result) == 1 else result
 
 
 @functools.partial(jax.jit, static_argnames=("placement", "compute_uv"))
