@@ -254,13 +254,48 @@ def test_integer_and_bool_inputs_are_promoted_as_jax(call, dtype):
 
 
 def test_lists_are_refused_as_by_jax():
+    """jnp.linalg and jax.scipy's solve, inv, det refuse lists; so do those
+    namespaces here, and jaxmg's own routines, naming the fix."""
+    import jaxmg.numpy.linalg as mnp
+    import jaxmg.scipy.linalg as msl
+
     a, b = [[4.0, 1.0], [1.0, 3.0]], [1.0, 2.0]
     with pytest.raises(TypeError):
         jsl.solve(a, b)
     for call in (lambda: jaxmg.solve(a, b), lambda: jaxmg.solve(a, b, assume_a="pos"),
-                 lambda: jaxmg.inv(a), lambda: jaxmg.solve_triangular(np.eye(2), b)):
+                 lambda: jaxmg.inv(a), lambda: jaxmg.solve_triangular(np.eye(2), b),
+                 lambda: msl.solve(a, b), lambda: msl.inv(a), lambda: msl.det(a),
+                 lambda: mnp.cholesky(a), lambda: mnp.eigh(a), lambda: mnp.svd(a)):
         with pytest.raises(TypeError, match="list"):
             call()
+
+
+SCIPY_LIST_CALLS = {  # jax.scipy.linalg reads lists here (jnp.asarray)
+    "cholesky": lambda m, a, b: m.cholesky(a),
+    "cho_factor": lambda m, a, b: tuple(m.cho_factor(a))[0],
+    "cho_solve": lambda m, a, b: m.cho_solve((np.linalg.cholesky(a).tolist(), True), b),
+    "lu": lambda m, a, b: m.lu(a),
+    "lu_factor": lambda m, a, b: tuple(m.lu_factor(a)),
+    "lu_solve": lambda m, a, b: m.lu_solve((np.asarray(a).tolist(), np.arange(2, dtype=np.int32)), b),
+    "polar": lambda m, a, b: m.polar(a),
+    "qr": lambda m, a, b: m.qr(a),
+    "svd": lambda m, a, b: m.svd(a, compute_uv=False),
+    "eigh": lambda m, a, b: m.eigh(a, eigvals_only=True),
+    "solve_triangular": lambda m, a, b: m.solve_triangular(a, b, lower=True),
+}
+
+
+@pytest.mark.parametrize("name", list(SCIPY_LIST_CALLS))
+def test_scipy_namespace_reads_lists_as_jax_scipy(name):
+    import jaxmg.scipy.linalg as msl
+
+    a, b = [[4.0, 1.0], [1.0, 3.0]], [1.0, 2.0]
+    got = jax.tree.leaves(SCIPY_LIST_CALLS[name](msl, a, b))
+    want = jax.tree.leaves(SCIPY_LIST_CALLS[name](jsl, a, b))
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.abs(np.asarray(g)), np.abs(np.asarray(w)), rtol=1e-5,
+                                   atol=1e-6)
 
 
 def test_mixed_float_dtypes_promote_as_jax():

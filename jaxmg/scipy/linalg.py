@@ -6,29 +6,59 @@ backend, tile_size, ...) follow as keywords. Names jaxmg does not implement
 
 from __future__ import annotations
 
+import functools
+
+import jax.numpy as jnp
 import jax.scipy.linalg as _jax_linalg
 
 import jaxmg
 from jaxmg._src import arguments, least_squares
 
-cho_factor = jaxmg.cho_factor
-cho_solve = jaxmg.cho_solve
+
+def _reading_lists(routine, pair: bool = False):
+    """routine taking nested lists (and tuples) as arrays for its matrix and
+    b, as its jax.scipy namesake does (jnp.asarray); with pair, the first
+    argument is a (factor, lower or piv) pair whose factor may be one. solve,
+    inv and det stay as jax.scipy's, which refuse lists (jnp.linalg's)."""
+
+    def array(x):
+        return jnp.asarray(x) if isinstance(x, (list, tuple)) else x
+
+    @functools.wraps(routine)
+    def call(first, *args, **kwargs):
+        if pair and isinstance(first, (list, tuple)) and len(first) == 2:
+            first = (array(first[0]), first[1])
+        else:
+            first = array(first)
+        if args:
+            args = (array(args[0]), *args[1:])
+        if "b" in kwargs:
+            kwargs["b"] = array(kwargs["b"])
+        return routine(first, *args, **kwargs)
+
+    return call
+
+
+cho_factor = _reading_lists(jaxmg.cho_factor)
+cho_solve = _reading_lists(jaxmg.cho_solve, pair=True)
 det = jaxmg.det
 inv = jaxmg.inv
-lu = jaxmg.lu
-lu_factor = jaxmg.lu_factor
-lu_solve = jaxmg.lu_solve
-polar = jaxmg.polar
+lu = _reading_lists(jaxmg.lu)
+lu_factor = _reading_lists(jaxmg.lu_factor)
+lu_solve = _reading_lists(jaxmg.lu_solve, pair=True)
+polar = _reading_lists(jaxmg.polar)
 solve = jaxmg.solve
-solve_triangular = jaxmg.solve_triangular
+solve_triangular = _reading_lists(jaxmg.solve_triangular)
 
 
+@_reading_lists
 def cholesky(a, lower=False, overwrite_a=False, check_finite=True, **options):
     """scipy's Cholesky factor: U with a = U^H U, or L with lower=True; see
     :func:`jaxmg.cholesky`."""
     return jaxmg.cholesky(a, lower, overwrite_a, check_finite, **options)
 
 
+@_reading_lists
 def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite_b=False,
          turbo=True, eigvals=None, type=1, check_finite=True, **options):  # noqa: A002
     """(w, v), or w with eigvals_only; see :func:`jaxmg.eigh`."""
@@ -38,6 +68,7 @@ def eigh(a, b=None, lower=True, eigvals_only=False, overwrite_a=False, overwrite
     return result if arguments.check_flag(eigvals_only, "eigvals_only") else tuple(result)
 
 
+@_reading_lists
 def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=True,
         lapack_driver="gesdd", **options):
     """(u, s, vh), or s without compute_uv; see :func:`jaxmg.svd`."""
@@ -46,6 +77,7 @@ def svd(a, full_matrices=True, compute_uv=True, overwrite_a=False, check_finite=
     return tuple(result) if arguments.check_flag(compute_uv, "compute_uv") else result
 
 
+@_reading_lists
 def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_finite=True,
        **options):
     """scipy's QR (modes "full", "economic", "r"; pivoting); see
