@@ -9,6 +9,15 @@ from jaxmg._src.cholesky import (
     potri,
     potrs,
 )
+from jaxmg._src.composite import (
+    cond,
+    matrix_power,
+    matrix_rank,
+    pinv,
+    svdvals,
+    tensorinv,
+    tensorsolve,
+)
 from jaxmg._src.eigh import EighResult, eigh, eigvalsh, syevd
 from jaxmg._src.failures import LinAlgError
 from jaxmg._src.mixed.api import MixedFactor, RefinementInfo
@@ -22,8 +31,8 @@ __version__ = "0.2.0"
 __all__ = [
     "CholeskyFactor",
     "EighResult",
-    "LUFactor",
     "LinAlgError",
+    "LUFactor",
     "MixedFactor",
     "RefinementInfo",
     "SlogdetResult",
@@ -31,6 +40,7 @@ __all__ = [
     "cho_logdet",
     "cho_solve",
     "cholesky",
+    "cond",
     "det",
     "eigh",
     "eigvalsh",
@@ -40,6 +50,9 @@ __all__ = [
     "lu",
     "lu_factor",
     "lu_solve",
+    "matrix_power",
+    "matrix_rank",
+    "pinv",
     "polar",
     "potri",
     "potrs",
@@ -48,5 +61,8 @@ __all__ = [
     "solve",
     "solve_triangular",
     "svd",
+    "svdvals",
     "syevd",
+    "tensorinv",
+    "tensorsolve",
 ]

@@ -2,7 +2,7 @@
 arguments of its jax.numpy.linalg namesake, in the same order and with the
 same defaults, and returns what it returns. jaxmg's own options (mesh, spec,
 backend, tile_size, ...) follow as keywords. Names jaxmg does not implement
-(pinv, norm, eig, ...) are JAX's own functions."""
+(norm, eig, multi_dot, ...) are JAX's own functions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,14 @@ import jax.numpy as _jnp
 
 import jaxmg
 
+cond = jaxmg.cond
 lstsq = jaxmg.lstsq
+matrix_power = jaxmg.matrix_power
+matrix_rank = jaxmg.matrix_rank
+pinv = jaxmg.pinv
+svdvals = jaxmg.svdvals
+tensorinv = jaxmg.tensorinv
+tensorsolve = jaxmg.tensorsolve
 
 
 def det(a, **options):
@@ -59,7 +66,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     return jaxmg.svd(a, full_matrices, compute_uv, hermitian, subset_by_index, **options)
 
 
-__all__ = ["cholesky", "det", "eigh", "eigvalsh", "inv", "lstsq", "qr", "slogdet", "solve", "svd"]
+__all__ = ["cholesky", "cond", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_power",
+           "matrix_rank", "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensorinv",
+           "tensorsolve"]
 
 
 def __getattr__(name):

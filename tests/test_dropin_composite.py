@@ -1,0 +1,205 @@
+"""jnp.linalg's pinv, svdvals, matrix_rank, cond, matrix_power, tensorinv and
+tensorsolve on jaxmg's routines: on plain arrays and on matrices whose rows
+are sharded over Auto or Explicit mesh axes (where JAX's own refuse them),
+eagerly and under jit, they give what JAX's give on the same values, with
+the same dtype and shape; pinv's derivatives are JAX's; a sharded result
+stays sharded; bad arguments raise JAX's exception types."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import dropin
+import jaxmg
+import jaxmg.numpy.linalg as mnp
+
+DEVICES = 4
+M, N = 16, 12
+
+rng = np.random.default_rng(7)
+
+
+def _matrix(dtype, m=M, n=N):
+    x = rng.standard_normal((m, n))
+    if np.issubdtype(dtype, np.complexfloating):
+        x = x + 1j * rng.standard_normal((m, n))
+    return x.astype(dtype)
+
+
+def _rank_three(dtype):
+    return (_matrix(dtype, M, 3) @ _matrix(dtype, 3, N)).astype(dtype)
+
+
+def _square(dtype):
+    return (_matrix(dtype, M, M) + 4 * np.eye(M)).astype(dtype)
+
+
+def _hermitian(dtype):
+    x = _matrix(dtype, M, M)
+    return ((x + x.conj().T) / 2).astype(dtype)
+
+
+def _tensor(dtype):
+    return (_matrix(dtype, 16, 16) + 4 * np.eye(16)).astype(dtype).reshape(4, 4, 4, 4)
+
+
+# name: (call on a linalg namespace, the inputs, whether the result is a matrix kept row-sharded)
+CALLS = {
+    "pinv": (lambda ns, a: ns.pinv(a), lambda d: [_matrix(d)], True),
+    "pinv_wide": (lambda ns, a: ns.pinv(a), lambda d: [_matrix(d, 8, 12)], True),
+    "pinv_rank_deficient": (lambda ns, a: ns.pinv(a), lambda d: [_rank_three(d)], True),
+    "pinv_rtol": (lambda ns, a: ns.pinv(a, 0.3), lambda d: [_matrix(d)], True),
+    "pinv_rcond": (lambda ns, a: ns.pinv(a, rcond=0.3), lambda d: [_matrix(d)], True),
+    "pinv_hermitian": (lambda ns, a: ns.pinv(a, hermitian=True), lambda d: [_hermitian(d)], True),
+    "svdvals": (lambda ns, a: ns.svdvals(a), lambda d: [_matrix(d)], False),
+    "matrix_rank": (lambda ns, a: ns.matrix_rank(a), lambda d: [_rank_three(d)], False),
+    "matrix_rank_rtol": (lambda ns, a: ns.matrix_rank(a, 2.0), lambda d: [_matrix(d)], False),
+    "matrix_rank_tol": (lambda ns, a: ns.matrix_rank(a, tol=2.0), lambda d: [_matrix(d)], False),
+    "matrix_rank_hermitian": (lambda ns, a: ns.matrix_rank(a, hermitian=True),
+                              lambda d: [_hermitian(d)], False),
+    "cond": (lambda ns, a: ns.cond(a), lambda d: [_matrix(d)], False),
+    "cond_-2": (lambda ns, a: ns.cond(a, -2), lambda d: [_matrix(d)], False),
+    "cond_1": (lambda ns, a: ns.cond(a, 1), lambda d: [_square(d)], False),
+    "cond_-inf": (lambda ns, a: ns.cond(a, -np.inf), lambda d: [_square(d)], False),
+    "cond_fro": (lambda ns, a: ns.cond(a, "fro"), lambda d: [_square(d)], False),
+    "cond_nuc": (lambda ns, a: ns.cond(a, "nuc"), lambda d: [_square(d)], False),
+    "cond_singular": (lambda ns, a: ns.cond(a, 1), lambda d: [np.ones((M, M), d)], False),
+    "matrix_power_5": (lambda ns, a: ns.matrix_power(a, 5), lambda d: [_square(d) / 4], True),
+    "matrix_power_-3": (lambda ns, a: ns.matrix_power(a, -3), lambda d: [_square(d)], True),
+    "tensorinv": (lambda ns, a: ns.tensorinv(a), lambda d: [_tensor(d)], True),
+    "tensorinv_ind1": (lambda ns, a: ns.tensorinv(a, 1),
+                       lambda d: [_matrix(d, 16, 16).reshape(16, 4, 4) + 4 * np.eye(16, dtype=d)
+                                  .reshape(16, 4, 4)], True),
+    "tensorsolve": (lambda ns, a, b: ns.tensorsolve(a, b),
+                    lambda d: [_tensor(d), _matrix(d, 4, 4)], True),
+    "tensorsolve_axes": (lambda ns, a, b: ns.tensorsolve(a, b, axes=(0,)),
+                         lambda d: [_tensor(d), _matrix(d, 4, 4)], False),
+}
+
+
+def _place(x, kind):
+    if kind == "plain":
+        return jnp.asarray(x)
+    mesh = dropin.mesh(DEVICES, kind)
+    return jax.device_put(x, NamedSharding(mesh, P("x")))
+
+
+def _close(got, want, dtype):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype, (got.dtype, want.dtype)
+    if np.issubdtype(want.dtype, np.integer):
+        np.testing.assert_array_equal(got, want)
+        return
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isfinite(got), finite)
+    scale = np.abs(want[finite]).max() if finite.any() else 1.0
+    tol = 2000 * np.finfo(dtype).eps * scale
+    np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=tol)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("kind", ["plain", "auto", "explicit"])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=dropin.dtype_id)
+@pytest.mark.parametrize("name", list(CALLS))
+def test_matches_jax(name, dtype, kind, mode):
+    call, inputs, keeps_rows = CALLS[name]
+    values = inputs(dtype)
+    want = call(jnp.linalg, *values)
+    args = [_place(v, kind) for v in values]
+    run = call if mode == "eager" else jax.jit(call, static_argnums=0)
+    got = run(mnp, *args)
+    _close(got, want, dtype)
+    if kind == "explicit" and keeps_rows:
+        assert got.sharding.spec[0] == "x", got.sharding.spec
+
+
+def test_top_level_names_are_the_namespace_ones():
+    for name in ("pinv", "svdvals", "matrix_rank", "cond", "matrix_power", "tensorinv",
+                 "tensorsolve"):
+        assert getattr(mnp, name) is getattr(jaxmg, name)
+
+
+@pytest.mark.parametrize("kind", ["plain", "explicit"])
+def test_batches(kind):
+    """Leading batch dimensions, a per-matrix rtol, and the caller's vmap."""
+    a = np.stack([_matrix(np.float32), 3 * _rank_three(np.float32)])
+    rtol = np.array([1e-3, 0.5], np.float32)
+    placed = jnp.asarray(a) if kind == "plain" else jax.device_put(
+        a, NamedSharding(dropin.mesh(2, "explicit"), P("x")))
+    _close(mnp.pinv(placed, rtol), jnp.linalg.pinv(a, rtol), np.float32)
+    _close(jax.vmap(mnp.pinv)(placed), jax.vmap(jnp.linalg.pinv)(a), np.float32)
+    _close(mnp.matrix_rank(placed), jnp.linalg.matrix_rank(a), np.float32)
+    _close(mnp.svdvals(placed), jnp.linalg.svdvals(a), np.float32)
+    sq = np.stack([_square(np.float32), _square(np.float32)])
+    placed_sq = jnp.asarray(sq) if kind == "plain" else jax.device_put(
+        sq, NamedSharding(dropin.mesh(2, "explicit"), P("x")))
+    _close(mnp.matrix_power(placed_sq, -2), jnp.linalg.matrix_power(sq, -2), np.float32)
+    _close(mnp.cond(placed_sq, "fro"), jnp.linalg.cond(sq, "fro"), np.float32)
+    _close(mnp.cond(placed_sq), jnp.linalg.cond(sq), np.float32)
+
+
+@pytest.mark.parametrize("shape", [(M, N), (8, N)], ids=["tall", "wide"])
+@pytest.mark.parametrize("hermitian", [False, True])
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=dropin.dtype_id)
+def test_pinv_derivatives(shape, hermitian, dtype):
+    """jvp under jit on an explicitly row-sharded matrix and eager grad on a
+    plain one, against JAX's pinv derivative on the same values."""
+    if hermitian:
+        a = _hermitian(dtype)
+    else:
+        a = _matrix(dtype, *shape)
+    da = _matrix(dtype, *a.shape)
+    want = jax.jvp(lambda x: jnp.linalg.pinv(x, hermitian=hermitian), (a,), (da,))
+    placed = _place(a, "explicit")
+    got = jax.jit(lambda x, dx: jax.jvp(lambda y: mnp.pinv(y, hermitian=hermitian), (x,),
+                                        (dx,)))(placed, _place(da, "explicit"))
+    _close(got[0], want[0], dtype)
+    _close(got[1], want[1], dtype)
+
+    def loss(pinv):
+        return lambda x: jnp.sum(jnp.abs(jnp.sin(pinv(x, hermitian=hermitian))) ** 2)
+
+    _close(jax.grad(loss(mnp.pinv))(jnp.asarray(a)), jax.grad(loss(jnp.linalg.pinv))(a), dtype)
+
+
+ERRORS = {
+    "pinv rtol and rcond": lambda ns: ns.pinv(np.eye(3), 0.1, rcond=0.1),
+    "pinv of a vector": lambda ns: ns.pinv(np.ones(3)),
+    "matrix_rank rtol and tol": lambda ns: ns.matrix_rank(np.eye(3), 0.1, tol=0.1),
+    "cond of a vector": lambda ns: ns.cond(np.ones(3)),
+    "cond empty": lambda ns: ns.cond(np.ones((0, 3))),
+    "cond not square": lambda ns: ns.cond(np.ones((3, 2)), 1),
+    "cond bad p": lambda ns: ns.cond(np.eye(3), 3),
+    "matrix_power vector": lambda ns: ns.matrix_power(np.ones(3), 2),
+    "matrix_power not square": lambda ns: ns.matrix_power(np.ones((3, 2)), 2),
+    "matrix_power float exponent": lambda ns: ns.matrix_power(np.eye(3), 1.5),
+    "tensorinv ind 0": lambda ns: ns.tensorinv(np.eye(4).reshape(2, 2, 2, 2), 0),
+    "tensorinv not square": lambda ns: ns.tensorinv(np.ones((2, 3, 4))),
+    "tensorsolve shapes": lambda ns: ns.tensorsolve(np.ones((2, 2, 4)), np.ones((3, 2))),
+    "tensorsolve sizes": lambda ns: ns.tensorsolve(np.ones((2, 3, 5)), np.ones((2, 3))),
+}
+
+
+@pytest.mark.parametrize("name", list(ERRORS))
+def test_errors_are_jax_own(name):
+    with pytest.raises(Exception) as theirs:
+        ERRORS[name](jnp.linalg)
+    with pytest.raises(theirs.type):
+        ERRORS[name](mnp)
+
+
+def test_edges_as_jax():
+    """Empty pinv, a vector's rank, the zeroth power, int matrix powers."""
+    for ns_result, jax_result in [
+        (mnp.pinv(np.ones((0, 3), np.float32)), jnp.linalg.pinv(np.ones((0, 3), np.float32))),
+        (mnp.matrix_rank(np.zeros(3)), jnp.linalg.matrix_rank(np.zeros(3))),
+        (mnp.matrix_rank(np.array([0.0, 2.0])), jnp.linalg.matrix_rank(np.array([0.0, 2.0]))),
+        (mnp.matrix_power(np.eye(3, dtype=np.float32) * 2, 0),
+         jnp.linalg.matrix_power(np.eye(3, dtype=np.float32) * 2, 0)),
+        (mnp.matrix_power(np.arange(9).reshape(3, 3), 3),
+         jnp.linalg.matrix_power(np.arange(9).reshape(3, 3), 3)),
+    ]:
+        assert ns_result.shape == jax_result.shape and ns_result.dtype == jax_result.dtype
+        np.testing.assert_array_equal(np.asarray(ns_result), np.asarray(jax_result))
