@@ -11,8 +11,10 @@ from jaxmg._src.cholesky import (
 )
 from jaxmg._src.composite import (
     cond,
+    matrix_norm,
     matrix_power,
     matrix_rank,
+    norm,
     pinv,
     svdvals,
     tensorinv,
@@ -50,8 +52,10 @@ __all__ = [
     "lu",
     "lu_factor",
     "lu_solve",
+    "matrix_norm",
     "matrix_power",
     "matrix_rank",
+    "norm",
     "pinv",
     "polar",
     "potri",

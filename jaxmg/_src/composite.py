@@ -1,8 +1,10 @@
 """jax.numpy.linalg's routines that are composed of a factorisation: pinv,
-svdvals, matrix_rank and cond from the SVD; matrix_power, tensorinv and
+svdvals, matrix_rank, cond and the spectral and nuclear norms (norm,
+matrix_norm) from the SVD; matrix_power, tensorinv and
 tensorsolve from inv and solve. Each runs on jaxmg's distributed routines,
 so a sharded matrix stays sharded (JAX's own refuse a matrix whose rows are
-sharded on explicit mesh axes), and returns what JAX's namesake returns."""
+sharded on explicit mesh axes), and returns what JAX's namesake returns. The
+errors are JAX's, message included: code written for JAX matches them."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None, mesh=None, spec=None, bac
     Rows sharded like a; the SVD is :func:`jaxmg.svd`'s (options as there)."""
     if rcond is not None:
         if rtol is not None:
-            raise ValueError("jaxmg: pinv takes rtol or its older name rcond, not both")
+            raise ValueError("pinv: only one of rtol and rcond may be specified.")
         rtol = rcond
     hermitian = arguments.check_flag(hermitian, "hermitian")
     a = arguments.inexact(a, "a")
@@ -117,7 +119,7 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None
     name). A vector's rank is 1 unless it is all zero."""
     if tol is not None:
         if rtol is not None:
-            raise ValueError("jaxmg: matrix_rank takes rtol or its older name tol, not both")
+            raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
         rtol = tol
     hermitian = arguments.check_flag(hermitian, "hermitian")
     M = arguments.inexact(M, "M")  # noqa: N806
@@ -130,21 +132,18 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None
     return jnp.sum(s > jnp.expand_dims(jnp.asarray(rtol), -1), axis=-1)
 
 
-_COND_ORDERS = (None, 1, -1, 2, -2, np.inf, -np.inf, "fro", "nuc")
-
-
 def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
     """The condition number of x (..., M, N) in norm p, like
     ``jnp.linalg.cond``: the ratio of the extreme singular values for p None,
     2 or -2, else ||x||_p ||x^-1||_p (x square; inf where x^-1 does not exist
     and x has no NaN)."""
-    if p not in _COND_ORDERS:
-        raise ValueError(f"jaxmg: cond takes p in {_COND_ORDERS}, got {p!r}")
     x = arguments.inexact(x, "x")
     if x.ndim < 2:
-        raise ValueError(f"jaxmg: cond takes a matrix (..., M, N), got shape {x.shape}")
+        raise ValueError("jnp.linalg.cond: input array must be at least 2D; "
+                         f"got arr.shape={x.shape}")
     if x.shape[-1] == 0 or x.shape[-2] == 0:
-        raise ValueError(f"jaxmg: cond of an empty matrix, shape {x.shape}")
+        raise ValueError("jnp.linalg.cond: input array must not be empty; "
+                         f"got arr.shape={x.shape}")
     options = dict(mesh=mesh, spec=spec, backend=backend)
     if p in (None, 2, -2):
         s = svdvals(x, **options)
@@ -153,16 +152,55 @@ def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
         r = s[..., -1] / s[..., 0]
     else:
         if x.shape[-1] != x.shape[-2]:
-            raise ValueError(f"jaxmg: cond with p={p!r} takes a square matrix, got {x.shape}")
-        inverse = linalg.inv(x, **options)
-        r = _norm(x, p, options) * _norm(inverse, p, options)
+            raise ValueError(f"jnp.linalg.cond: for {p=}, array must be square; "
+                             f"got arr.shape={x.shape}")
+        axes = (-2, -1)
+        size = norm(x, p, axes, **options)  # an unknown p is refused here, before the inverse
+        r = size * norm(linalg.inv(x, **options), p, axes, **options)
     return jnp.where(jnp.isnan(r) & ~jnp.isnan(x).any(axis=(-2, -1)), jnp.inf, r)
 
 
-def _norm(x, p, options):
-    if p == "nuc":  # from the singular values: JAX's would run its SVD on the whole
-        return jnp.sum(svdvals(x, **options), axis=-1)
-    return jnp.linalg.norm(x, ord=p, axis=(-2, -1))
+def norm(x, ord=None, axis=None, keepdims=False, *, mesh=None, spec=None,  # noqa: A002
+         backend="auto"):
+    """Vector and matrix norms, like ``jnp.linalg.norm``; the matrix norms
+    ord 2, -2 and "nuc" from :func:`svdvals` (JAX's would run its SVD on
+    the whole matrix, and refuse rows sharded on explicit mesh axes)."""
+    x = arguments.inexact(x, "x")
+    axes = _matrix_axes(x.ndim, ord, axis)
+    if axes is None or isinstance(ord, (np.ndarray, jax.Array)) or ord not in ("nuc", 2, -2):
+        return jnp.linalg.norm(x, ord, axis, keepdims)
+    s = svdvals(jnp.moveaxis(x, axes, (-2, -1)), mesh=mesh, spec=spec, backend=backend)
+    if ord == 2:
+        y = jnp.max(s, axis=-1, initial=0)
+    elif ord == -2:
+        y = jnp.min(s, axis=-1)
+    else:
+        y = jnp.sum(s, axis=-1)
+    return jnp.expand_dims(y, axes) if keepdims else y
+
+
+def matrix_norm(x, /, *, keepdims=False, ord="fro", mesh=None, spec=None,  # noqa: A002
+                backend="auto"):
+    """The norm of each matrix x[..., :, :], like ``jnp.linalg.matrix_norm``."""
+    return norm(x, ord, (-2, -1), keepdims, mesh=mesh, spec=spec, backend=backend)
+
+
+def _matrix_axes(ndim: int, ord, axis):  # noqa: A002
+    """The two axes of a matrix norm, non-negative; None for a vector norm,
+    the norm of all entries, or axes JAX's norm should refuse itself."""
+    if axis is None:
+        if ord is None:
+            return None
+        axis = tuple(range(ndim))
+    if not isinstance(axis, tuple) or len(axis) != 2:
+        return None
+    try:
+        axes = tuple(operator.index(a) for a in axis)
+    except TypeError:
+        return None
+    if not all(-ndim <= a < ndim for a in axes):
+        return None
+    return tuple(a % ndim for a in axes)
 
 
 def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
@@ -170,13 +208,14 @@ def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
     (repeated squaring; a negative n inverts a first, by :func:`jaxmg.inv`)."""
     a = arguments.as_array(a, "a")
     if a.ndim < 2:
-        raise TypeError(f"jaxmg: matrix_power takes a matrix (..., M, M), got shape {a.shape}")
+        raise TypeError(f"{a.ndim}-dimensional array given. Array must be at least "
+                        "two-dimensional")
     if a.shape[-2] != a.shape[-1]:
-        raise TypeError(f"jaxmg: matrix_power takes square matrices, got shape {a.shape}")
+        raise TypeError("Last 2 dimensions of the array must be square")
     try:
         n = operator.index(n)
     except TypeError as e:
-        raise TypeError(f"jaxmg: matrix_power's exponent must be an integer, got {n!r}") from e
+        raise TypeError(f"exponent must be an integer, got {n}") from e
     if n == 0:
         return jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
     if n < 0:
@@ -197,12 +236,12 @@ def tensorinv(a, ind=2, *, mesh=None, spec=None, backend="auto"):
     a = arguments.as_array(a, "a")
     ind = operator.index(ind)
     if ind <= 0:
-        raise ValueError(f"jaxmg: tensorinv takes a positive ind, got {ind}")
+        raise ValueError(f"ind must be a positive integer; got {ind=}")
     rows, cols = a.shape[:ind], a.shape[ind:]
     if math.prod(rows) != math.prod(cols):
-        raise ValueError(
-            f"jaxmg: tensorinv needs prod(a.shape[:ind]) == prod(a.shape[ind:]); got "
-            f"a.shape={a.shape} with ind={ind}")
+        raise ValueError("tensorinv is only possible when the product of the first `ind` "
+                         "dimensions equals that of the remaining dimensions. "
+                         f"got arr.shape={a.shape} with {ind=}.")
     square = _reshape(a, (math.prod(rows), math.prod(cols)))
     inverse = linalg.inv(square, mesh=mesh, spec=spec, backend=backend)
     return _reshape(inverse, cols + rows)
@@ -216,13 +255,11 @@ def tensorsolve(a, b, axes=None, *, mesh=None, spec=None, backend="auto"):
         a = jnp.moveaxis(a, axes, len(axes) * (a.ndim - 1,))
     shape = a.shape[b.ndim:]
     if a.shape[: b.ndim] != b.shape:
-        raise ValueError(
-            f"jaxmg: tensorsolve needs a's leading shape (after moving axes) to be b's; got "
-            f"a.shape={a.shape}, b.shape={b.shape}")
+        raise ValueError("After moving axes to end, leading shape of a must match shape of b."
+                         f" got a.shape={a.shape}, b.shape={b.shape}")
     if b.size != math.prod(shape):
-        raise ValueError(
-            f"jaxmg: tensorsolve needs prod(a.shape[:b.ndim]) == prod(a.shape[b.ndim:]); got "
-            f"a.shape={a.shape}, b.ndim={b.ndim}")
+        raise ValueError("Input arrays must have prod(a.shape[:b.ndim]) == "
+                         f"prod(a.shape[b.ndim:]); got a.shape={a.shape}, b.ndim={b.ndim}.")
     square = _reshape(a, (b.size, math.prod(shape)))
     x = linalg.solve(square, _reshape(b, (b.size,)), mesh=mesh, spec=spec, backend=backend)
     return _reshape(x, shape)

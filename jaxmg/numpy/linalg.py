@@ -2,7 +2,7 @@
 arguments of its jax.numpy.linalg namesake, in the same order and with the
 same defaults, and returns what it returns. jaxmg's own options (mesh, spec,
 backend, tile_size, ...) follow as keywords. Names jaxmg does not implement
-(norm, eig, multi_dot, ...) are JAX's own functions."""
+(eig, multi_dot, vector_norm, ...) are JAX's own functions."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ import jaxmg
 
 cond = jaxmg.cond
 lstsq = jaxmg.lstsq
+matrix_norm = jaxmg.matrix_norm
 matrix_power = jaxmg.matrix_power
 matrix_rank = jaxmg.matrix_rank
+norm = jaxmg.norm
 pinv = jaxmg.pinv
 svdvals = jaxmg.svdvals
 tensorinv = jaxmg.tensorinv
@@ -66,9 +68,9 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     return jaxmg.svd(a, full_matrices, compute_uv, hermitian, subset_by_index, **options)
 
 
-__all__ = ["cholesky", "cond", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_power",
-           "matrix_rank", "pinv", "qr", "slogdet", "solve", "svd", "svdvals", "tensorinv",
-           "tensorsolve"]
+__all__ = ["cholesky", "cond", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_norm",
+           "matrix_power", "matrix_rank", "norm", "pinv", "qr", "slogdet", "solve", "svd",
+           "svdvals", "tensorinv", "tensorsolve"]
 
 
 def __getattr__(name):
