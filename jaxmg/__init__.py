@@ -11,6 +11,7 @@ from jaxmg._src.cholesky import (
 )
 from jaxmg._src.composite import (
     cond,
+    expm,
     matrix_norm,
     matrix_power,
     matrix_rank,
@@ -46,6 +47,7 @@ __all__ = [
     "det",
     "eigh",
     "eigvalsh",
+    "expm",
     "gesvd",
     "inv",
     "lstsq",

@@ -30,8 +30,8 @@ else:
 NUMPY_NAMES = ("cholesky", "cond", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_norm",
                "matrix_power", "matrix_rank", "norm", "pinv", "qr", "slogdet", "solve", "svd",
                "svdvals", "tensorinv", "tensorsolve")
-SCIPY_NAMES = ("cho_factor", "cho_solve", "cholesky", "det", "eigh", "inv", "lu", "lu_factor",
-               "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd")
+SCIPY_NAMES = ("cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu",
+               "lu_factor", "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd")
 
 
 def _jax_parameters(fn):
@@ -53,7 +53,7 @@ def test_parameters_are_jax_own(namespace, name):
 
 
 @pytest.mark.parametrize("namespace,name", [("numpy", "multi_dot"), ("numpy", "vector_norm"),
-                                            ("numpy", "eig"), ("scipy", "expm"),
+                                            ("numpy", "eig"), ("scipy", "sqrtm"),
                                             ("scipy", "schur"), ("scipy", "block_diag")])
 def test_other_names_are_jax_functions(namespace, name):
     ours = getattr(mnp_linalg if namespace == "numpy" else msl, name)

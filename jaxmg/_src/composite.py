@@ -1,7 +1,8 @@
 """jax.numpy.linalg's routines that are composed of a factorisation: pinv,
 svdvals, matrix_rank, cond and the spectral and nuclear norms (norm,
 matrix_norm) from the SVD; matrix_power, tensorinv and
-tensorsolve from inv and solve. Each runs on jaxmg's distributed routines,
+tensorsolve from inv and solve; jax.scipy.linalg's expm from products and
+one solve. Each runs on jaxmg's distributed routines,
 so a sharded matrix stays sharded (JAX's own refuse a matrix whose rows are
 sharded on explicit mesh axes), and returns what JAX's namesake returns. The
 errors are JAX's, message included: code written for JAX matches them."""
@@ -15,9 +16,10 @@ import operator
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import arguments, batching, linalg, polar, sharding
+from jaxmg._src import arguments, batching, linalg, polar, sharding, triangular
 from jaxmg._src.placement import resolve_placement, sharding_of
 
 
@@ -56,7 +58,8 @@ def _pinv(a, rtol, options):
     hermitian, mesh, spec, backend = options
     u, s, vh = polar.svd(a, full_matrices=False, hermitian=hermitian, mesh=mesh, spec=spec,
                          backend=backend)
-    cutoff = rtol[..., None] * s[..., :1]
+    rtol = jnp.expand_dims(rtol[..., None], tuple(range(s.ndim - rtol.ndim - 1)))
+    cutoff = rtol * s[..., :1]  # rtol of the batch's shape, or one for all, as JAX's
     inverse = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(u.dtype)
     mm = _product(_rows_placement(a, mesh, spec))
     return mm(_h(vh), _h(u) * inverse[..., :, None])
@@ -282,3 +285,101 @@ def _reshape(x, shape):
     lead = axes[0] if len(axes) == 1 else tuple(axes)
     out = P(lead) if shape and shape[0] % devices == 0 else P()
     return jnp.reshape(x, shape, out_sharding=NamedSharding(named.mesh, out))
+
+
+# Pade approximants r_m = p_m(A) / p_m(-A) of exp, by degree m: the
+# coefficients of p_m (Higham 2005), and the largest ||A||_1 each is accurate
+# for, to float64's and float32's precision; above the last, A is scaled down
+# by 2^s and the result squared s times.
+_PADE = {
+    3: (120.0, 60.0, 12.0, 1.0),
+    5: (30240.0, 15120.0, 3360.0, 420.0, 30.0, 1.0),
+    7: (17297280.0, 8648640.0, 1995840.0, 277200.0, 25200.0, 1512.0, 56.0, 1.0),
+    9: (17643225600.0, 8821612800.0, 2075673600.0, 302702400.0, 30270240.0, 2162160.0,
+        110880.0, 3960.0, 90.0, 1.0),
+    13: (64764752532480000.0, 32382376266240000.0, 7771770303897600.0, 1187353796428800.0,
+         129060195264000.0, 10559470521600.0, 670442572800.0, 33522128640.0, 1323241920.0,
+         40840800.0, 960960.0, 16380.0, 182.0, 1.0),
+}
+_THETA = {
+    64: ((3, 1.495585217958292e-2), (5, 2.539398330063230e-1), (7, 9.504178996162932e-1),
+         (9, 2.097847961257068), (13, 5.371920351148152)),
+    32: ((3, 4.258730016922831e-1), (5, 1.880152677804762), (7, 3.925724783138660)),
+}
+
+
+def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  # noqa: N803
+         backend="auto"):
+    """The matrix exponential of A (..., N, N), like ``jax.scipy.linalg.expm``:
+    a Pade approximant with scaling and squaring, its denominator solved by
+    :func:`jaxmg.solve` (:func:`jaxmg.solve_triangular` with
+    upper_triangular), the products at full precision and sharded like A.
+    NaN where more than max_squarings squarings would be needed."""
+    A = arguments.inexact(A, "A")  # noqa: N806
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"Expected A to be a (batched) square matrix, got A.shape={A.shape}.")
+    upper_triangular = arguments.check_flag(upper_triangular, "upper_triangular")
+    max_squarings = operator.index(max_squarings)
+    if A.ndim > 2:
+        fn = functools.partial(expm, upper_triangular=upper_triangular,
+                               max_squarings=max_squarings, mesh=mesh, spec=spec, backend=backend)
+        return batching.broadcast_map(fn, (A,), (2,))
+    numerator, denominator, squarings = _pade_of_scaled(A)
+    options = dict(mesh=mesh, spec=spec, backend=backend)
+    if upper_triangular:
+        r = triangular.solve_triangular(denominator, numerator, **options)
+    else:
+        r = linalg.solve(denominator, numerator, **options)
+    return _squared(r, squarings, max_squarings=max_squarings)
+
+
+# The steps before and after the solve compiled once each: traced anew on
+# every eager call, their branches would compile on every call.
+@jax.jit
+def _pade_of_scaled(a):
+    """p_m(a / 2^s), p_m(-a / 2^s) and s: the degree m the one that is accurate
+    for ||a||_1, or the highest with s >= 0 the fewest halvings that bring it
+    within that one's reach."""
+    degrees = _THETA[64 if jnp.finfo(a.dtype).bits == 64 else 32]
+    norm1 = jnp.max(jnp.sum(jnp.abs(a), axis=0))
+    squarings = jnp.maximum(0, jnp.floor(jnp.log2(norm1 / degrees[-1][1])))
+    scaled = a / (2 ** squarings).astype(a.dtype)
+    which = jnp.digitize(norm1, jnp.asarray([t for _, t in degrees[:-1]], norm1.dtype))
+    odd, even = lax.switch(which, [functools.partial(_pade, m=m) for m, _ in degrees], scaled)
+    return even + odd, even - odd, squarings
+
+
+@functools.partial(jax.jit, static_argnames=("max_squarings",))
+def _squared(r, squarings, *, max_squarings: int):
+    """r squared `squarings` times; NaN if that is more than max_squarings."""
+
+    def square(i, r):
+        return lax.cond(i < squarings, lambda r: _mm(r, r), lambda r: r, r)
+
+    r = lax.fori_loop(0, max_squarings, square, r)
+    return jnp.where(squarings > max_squarings, jnp.asarray(jnp.nan, r.dtype), r)
+
+
+def _mm(x, y):
+    return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
+
+
+def _pade(a, m: int):
+    """(odd, even) parts of p_m(a): p_m(a) = even + odd, p_m(-a) = even - odd."""
+    b = _PADE[m]
+    eye = jnp.eye(a.shape[0], dtype=a.dtype)
+    a2 = _mm(a, a)
+    if m == 13:  # Higham's grouping: 6 products, not 12
+        a4 = _mm(a2, a2)
+        a6 = _mm(a4, a2)
+        odd = _mm(a, _mm(a6, b[13] * a6 + b[11] * a4 + b[9] * a2)
+                  + b[7] * a6 + b[5] * a4 + b[3] * a2 + b[1] * eye)
+        even = (_mm(a6, b[12] * a6 + b[10] * a4 + b[8] * a2)
+                + b[6] * a6 + b[4] * a4 + b[2] * a2 + b[0] * eye)
+        return odd, even
+    powers = [eye, a2]  # a^0, a^2, a^4, ...
+    while len(powers) <= m // 2:
+        powers.append(_mm(powers[-1], a2))
+    odd = _mm(a, sum(b[2 * k + 1] * p for k, p in enumerate(powers)))
+    even = sum(b[2 * k] * p for k, p in enumerate(powers))
+    return odd, even

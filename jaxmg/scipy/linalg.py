@@ -19,7 +19,7 @@ def _reading_lists(routine, pair: bool = False):
     """routine taking nested lists (and tuples) as arrays for its matrix and
     b, as its jax.scipy namesake does (jnp.asarray); with pair, the first
     argument is a (factor, lower or piv) pair whose factor may be one. solve,
-    inv and det stay as jax.scipy's, which refuse lists (jnp.linalg's)."""
+    inv, det and expm stay as jax.scipy's, which refuse lists."""
 
     def array(x):
         return jnp.asarray(x) if isinstance(x, (list, tuple)) else x
@@ -43,6 +43,7 @@ cho_factor = _reading_lists(jaxmg.cho_factor)
 cho_solve = _reading_lists(jaxmg.cho_solve, pair=True)
 det = jaxmg.det
 inv = jaxmg.inv
+expm = jaxmg.expm
 lu = _reading_lists(jaxmg.lu)
 lu_factor = _reading_lists(jaxmg.lu_factor)
 lu_solve = _reading_lists(jaxmg.lu_solve, pair=True)
@@ -87,8 +88,8 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
 
 
 __all__ = [
-    "cho_factor", "cho_solve", "cholesky", "det", "eigh", "inv", "lu", "lu_factor", "lu_solve",
-    "polar", "qr", "solve", "solve_triangular", "svd",
+    "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu", "lu_factor",
+    "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd",
 ]
 
 
