@@ -117,10 +117,7 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
 
 def _solve_matrix(a, b, *, tile_size=None, mesh=None, spec=None, return_info=False, donate=False):
     """x with a @ x = b from lu_factor and lu_solve: JAXMg's lu_solve(a, b, T_A)."""
-    a = arguments.inexact(a, "a")
-    arguments.check_rank2(a, "a")
-    if a.shape[0] != a.shape[1]:
-        raise ValueError(f"jaxmg.lu_solve(a, b, T_A): a must be square, got shape {a.shape}")
+    a, b = peer_calls.check_arrays("lu_solve", a, b)
     return_info = arguments.check_flag(return_info, "return_status")
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, donate=donate)
     x = lu_solve(f, b)

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments
+from jaxmg._src import arguments, config
 
 # The parameters after the arrays, in JAXMg 0.0.8's positional order.
 _PARAMETERS = {
@@ -29,6 +29,11 @@ _PARAMETERS = {
 }
 _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
          "return_eigenvectors": "compute_vectors", "mesh": "mesh", "donate": "donate"}
+
+
+class SpecifiedTwice(TypeError, ValueError):
+    """matrix_specs and in_specs both given: a TypeError as Python's own for an
+    argument given twice, and the ValueError JAXMg raises for it."""
 
 
 def accepts_peer_calls(arrays: int, with_logdet=None):
@@ -43,6 +48,7 @@ def accepts_peer_calls(arrays: int, with_logdet=None):
         @functools.wraps(routine)
         def call(*args, **kwargs):
             if len(args) > arrays or not theirs_only.isdisjoint(kwargs):
+                check_arrays(routine.__name__, *args[:arrays])
                 args, kwargs, logdet = _as_ours(routine.__name__, names, arrays, args, kwargs)
                 if logdet:
                     if with_logdet is None:
@@ -90,11 +96,36 @@ def accepts_matrix_form(solve_matrix):
     return wrap
 
 
+def check_arrays(routine: str, a, b=None):
+    """a (and b) as JAXMg's routines take them, refused in that package's
+    words: no promotion, as jaxmg's LAPACK-named routines."""
+    a = arguments.as_array(a, "a")
+    b = None if b is None else arguments.as_array(b, "b")
+    what = f"jaxmg.{routine} (JAXMg's call form)"
+    if a.ndim != 2:
+        raise ValueError(f"{what} expects a rank-2 matrix A, got shape {a.shape}")
+    if b is not None and b.ndim not in (1, 2):
+        raise ValueError(f"{what} expects a rank-1 or rank-2 RHS B, got shape {b.shape}")
+    if b is not None and a.dtype != b.dtype:
+        raise TypeError(f"{what} requires matching A/B dtypes, got {a.dtype} and {b.dtype}; "
+                        "cast b with b.astype(a.dtype)")
+    if a.dtype not in config.SUPPORTED:
+        raise TypeError(f"{what} supports float32, float64, complex64 and complex128, got "
+                        f"{a.dtype}; cast the arrays first")
+    local = bool(jax.sharding.get_abstract_mesh().manual_axes)  # shard_map: a's own rows
+    if a.shape[0] != a.shape[1] and not local:
+        raise ValueError(f"{what} expects A to be square, got shape {a.shape}")
+    if b is not None and a.shape[0] != b.shape[0]:
+        raise ValueError(f"{what}: A and B must have matching leading dimensions, got "
+                         f"{a.shape} and {b.shape}")
+    return a, b
+
+
 def spec_of_a(routine: str, matrix_specs, in_specs):
     """a's PartitionSpec from JAXMg's matrix_specs or its older name in_specs."""
     if matrix_specs is not None and in_specs is not None:
-        raise TypeError(f"jaxmg.{routine}: matrix_specs and in_specs name the same option; "
-                        "pass only one")
+        raise SpecifiedTwice(f"jaxmg.{routine}: Specify only one of matrix_specs and in_specs "
+                             "(they name the same option)")
     return _spec_of_a(routine, in_specs if matrix_specs is None else matrix_specs)
 
 
@@ -102,7 +133,7 @@ def check_tile(routine: str, T_A):  # noqa: N803 (JAXMg's name)
     """T_A as JAXMg takes it, refused by that name when it is no tile size."""
     if T_A is None:
         return None
-    message = f"jaxmg.{routine}: T_A (the tile size) must be a positive int, got {T_A!r}"
+    message = f"jaxmg.{routine}: T_A must be positive (an int, the tile size), got {T_A!r}"
     if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
         raise TypeError(message)
     if T_A < 1:
@@ -120,8 +151,8 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
     kwargs = dict(kwargs)
     if "matrix_specs" in kwargs:  # the later name of in_specs
         if "in_specs" in kwargs or "in_specs" in given:
-            raise TypeError(f"jaxmg.{routine}: matrix_specs and in_specs name the same option; "
-                            "pass only one")
+            raise SpecifiedTwice(f"jaxmg.{routine}: Specify only one of matrix_specs and "
+                                 "in_specs (they name the same option)")
         kwargs["in_specs"] = kwargs.pop("matrix_specs")
     logdet = arguments.check_flag(kwargs.pop("return_logdet", False), "return_logdet")
     for name in names:
