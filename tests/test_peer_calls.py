@@ -218,12 +218,13 @@ def test_our_signature_is_shown():
     (lambda a, b, m: jaxmg.gesvd(a, -1), ValueError, "T_A"),
     (lambda a, b, m: jaxmg.gesvd(a, 2, compute_u="yes"), TypeError, "compute_u"),
     (lambda a, b, m: jaxmg.gesvd(np.ones((4, 4), np.int32), 2), TypeError, "int32"),
+    (lambda a, b, m: jaxmg.gesvd(np.ones(4), 2), ValueError, "rank-2 matrix A"),
 ], ids=["tile twice", "T_A twice", "three specs", "potri two specs", "not a spec", "spec twice",
         "too many", "pad", "vectors", "both spec names", "potri logdet", "mixed logdet",
         "lu no T_A", "lu T_A zero", "potrs T_A float", "lu trans", "lu not square",
         "lu vector a", "lu 3-d b", "lu dtypes", "lu int", "lu rows of b", "lu both spec names",
         "gesvd both spec names", "potrs vector a", "potrs dtypes", "potrs int", "potrs rows of b",
-        "potrs both spec names", "syevd not square", "gesvd T_A", "gesvd flag", "gesvd int"])
+        "potrs both spec names", "syevd not square", "gesvd T_A", "gesvd flag", "gesvd int", "gesvd vector"])
 def test_refused(mesh, spd, call, error, words):
     b = helpers.replicated(np.ones((N, 1)), mesh)
     with pytest.raises(error, match=words):

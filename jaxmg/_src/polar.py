@@ -330,7 +330,10 @@ def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, compute_u
     """
     spec = peer_calls.spec_of_a("gesvd", matrix_specs, in_specs)
     peer_calls.check_tile("gesvd", T_A)
-    arguments.check_dtype(arguments.as_array(a, "a"), "a")  # as potrs, syevd: no promotion
+    a = arguments.as_array(a, "a")
+    if a.ndim != 2:
+        raise ValueError(f"jaxmg.gesvd expects a rank-2 matrix A, got shape {a.shape}")
+    arguments.check_dtype(a, "a")  # as potrs, syevd: no promotion
     compute_u = arguments.check_flag(compute_u, "compute_u")
     compute_vh = arguments.check_flag(compute_vh, "compute_vh")
     for value, name in ((pad, "pad"), (donate, "donate"), (return_status, "return_status")):
