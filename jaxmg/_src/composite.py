@@ -1,11 +1,10 @@
-"""jax.numpy.linalg's routines that are composed of a factorisation: pinv,
-svdvals, matrix_rank, cond and the spectral and nuclear norms (norm,
-matrix_norm) from the SVD; matrix_power, tensorinv and
-tensorsolve from inv and solve; jax.scipy.linalg's expm from products and
-one solve. Each runs on jaxmg's distributed routines,
-so a sharded matrix stays sharded (JAX's own refuse a matrix whose rows are
-sharded on explicit mesh axes), and returns what JAX's namesake returns. The
-errors are JAX's, message included: code written for JAX matches them."""
+"""Routines composed of jaxmg's distributed ones: jnp.linalg's pinv, svdvals,
+matrix_rank, cond and the spectral and nuclear norms (norm, matrix_norm) from
+the SVD, matrix_power, tensorinv and tensorsolve from inv and solve, and
+jax.scipy.linalg's expm from products and one solve. A sharded matrix stays
+sharded (JAX's own refuse one whose rows are sharded on explicit mesh axes);
+each returns what JAX's namesake returns, and raises JAX's errors, message
+included: code written for JAX matches them."""
 
 from __future__ import annotations
 
