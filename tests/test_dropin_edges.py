@@ -282,6 +282,10 @@ SCIPY_LIST_CALLS = {  # jax.scipy.linalg reads lists here (jnp.asarray)
     "svd": lambda m, a, b: m.svd(a, compute_uv=False),
     "eigh": lambda m, a, b: m.eigh(a, eigvals_only=True),
     "solve_triangular": lambda m, a, b: m.solve_triangular(a, b, lower=True),
+    "cholesky_by_name": lambda m, a, b: m.cholesky(a=a, lower=True),
+    "cho_solve_by_name": lambda m, a, b: m.cho_solve(
+        c_and_lower=(np.linalg.cholesky(a).tolist(), True), b=b),
+    "solve_triangular_by_name": lambda m, a, b: m.solve_triangular(b=b, a=a, lower=True),
 }
 
 

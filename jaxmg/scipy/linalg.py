@@ -7,6 +7,7 @@ backend, tile_size, ...) follow as keywords. Names jaxmg does not implement
 from __future__ import annotations
 
 import functools
+import inspect
 
 import jax.numpy as jnp
 import jax.scipy.linalg as _jax_linalg
@@ -16,25 +17,29 @@ from jaxmg._src import arguments, least_squares
 
 
 def _reading_lists(routine, pair: bool = False):
-    """routine taking nested lists (and tuples) as arrays for its matrix and
-    b, as its jax.scipy namesake does (jnp.asarray); with pair, the first
-    argument is a (factor, lower or piv) pair whose factor may be one. solve,
+    """routine taking nested lists (and tuples) as arrays for its first two
+    arguments, as its jax.scipy namesake does (jnp.asarray); with pair, the
+    first is a (factor, lower or piv) pair whose factor may be one. solve,
     inv, det and expm stay as jax.scipy's, which refuse lists."""
+    names = list(inspect.signature(routine).parameters)[:2]
 
     def array(x):
         return jnp.asarray(x) if isinstance(x, (list, tuple)) else x
 
+    def first(x):
+        if pair and isinstance(x, (list, tuple)) and len(x) == 2:
+            return (array(x[0]), x[1])
+        return array(x)
+
     @functools.wraps(routine)
-    def call(first, *args, **kwargs):
-        if pair and isinstance(first, (list, tuple)) and len(first) == 2:
-            first = (array(first[0]), first[1])
-        else:
-            first = array(first)
-        if args:
-            args = (array(args[0]), *args[1:])
-        if "b" in kwargs:
-            kwargs["b"] = array(kwargs["b"])
-        return routine(first, *args, **kwargs)
+    def call(*args, **kwargs):
+        args = list(args)
+        for position, (name, convert) in enumerate(zip(names, (first, array))):
+            if position < len(args):
+                args[position] = convert(args[position])
+            elif name in kwargs:
+                kwargs[name] = convert(kwargs[name])
+        return routine(*args, **kwargs)
 
     return call
 
