@@ -12,6 +12,7 @@ from jaxmg._src.cholesky import (
 from jaxmg._src.composite import (
     cond,
     expm,
+    expm_frechet,
     matrix_norm,
     matrix_power,
     matrix_rank,
@@ -48,6 +49,7 @@ __all__ = [
     "eigh",
     "eigvalsh",
     "expm",
+    "expm_frechet",
     "gesvd",
     "inv",
     "lstsq",

@@ -1,6 +1,6 @@
 """jnp.linalg's pinv, svdvals, matrix_rank, cond, norm, matrix_norm,
-matrix_power, tensorinv and tensorsolve, and jax.scipy.linalg's expm, on
-jaxmg's routines: on plain arrays and on matrices whose rows
+matrix_power, tensorinv and tensorsolve, and jax.scipy.linalg's expm and
+expm_frechet, on jaxmg's routines: on plain arrays and on matrices whose rows
 are sharded over Auto or Explicit mesh axes (where JAX's own refuse them),
 eagerly and under jit, they give what JAX's give on the same values, with
 the same dtype and shape; pinv's derivatives are JAX's; a sharded result
@@ -275,3 +275,28 @@ def test_expm_forms():
     with pytest.raises(ValueError) as ours:
         msl.expm(np.ones((3, 2)))
     assert str(ours.value) == str(theirs.value)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("kind", ["plain", "auto", "explicit"])
+def test_expm_frechet(kind, mode):
+    """(expm(A), its derivative along E), or the derivative alone, as JAX's;
+    JAX's errors for shapes that do not match."""
+    a = _matrix(np.complex64, M, M) / 4
+    e = _matrix(np.complex64, M, M)
+    want = jsl.expm_frechet(a, e)
+    run = msl.expm_frechet if mode == "eager" else jax.jit(msl.expm_frechet,
+                                                           static_argnames="compute_expm")
+    got = run(_place(a, kind), _place(e, kind))
+    _close(got[0], want[0], np.complex64)
+    _close(got[1], want[1], np.complex64)
+    _close(run(_place(a, kind), _place(e, kind), compute_expm=False), want[1], np.complex64)
+    if kind == "explicit":
+        assert got[1].sharding.spec[0] == "x", got[1].sharding.spec
+    for bad in [(np.ones((3, 2)), np.ones((3, 2))), (np.eye(3), np.ones(3)),
+                (np.eye(3), np.eye(2))]:
+        with pytest.raises(ValueError) as theirs:
+            jsl.expm_frechet(*bad)
+        with pytest.raises(ValueError) as ours:
+            msl.expm_frechet(*bad)
+        assert str(ours.value) == str(theirs.value)

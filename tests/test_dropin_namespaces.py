@@ -30,8 +30,8 @@ else:
 NUMPY_NAMES = ("cholesky", "cond", "det", "eigh", "eigvalsh", "inv", "lstsq", "matrix_norm",
                "matrix_power", "matrix_rank", "norm", "pinv", "qr", "slogdet", "solve", "svd",
                "svdvals", "tensorinv", "tensorsolve")
-SCIPY_NAMES = ("cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu",
-               "lu_factor", "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd")
+SCIPY_NAMES = ("cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "expm_frechet",
+               "inv", "lu", "lu_factor", "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd")
 
 
 def _jax_parameters(fn):

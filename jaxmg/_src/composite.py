@@ -1,10 +1,10 @@
 """Routines composed of jaxmg's distributed ones: jnp.linalg's pinv, svdvals,
 matrix_rank, cond and the spectral and nuclear norms (norm, matrix_norm) from
 the SVD, matrix_power, tensorinv and tensorsolve from inv and solve, and
-jax.scipy.linalg's expm from products and one solve. A sharded matrix stays
-sharded (JAX's own refuse one whose rows are sharded on explicit mesh axes);
-each returns what JAX's namesake returns, and raises JAX's errors, message
-included: code written for JAX matches them."""
+jax.scipy.linalg's expm from products and one solve (expm_frechet, its
+derivative). A sharded matrix stays sharded (JAX's own refuse one whose rows
+are sharded on explicit mesh axes); each returns what JAX's namesake returns,
+and raises JAX's errors, message included: code written for JAX matches them."""
 
 from __future__ import annotations
 
@@ -330,6 +330,25 @@ def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  
     else:
         r = linalg.solve(denominator, numerator, **options)
     return _squared(r, squarings, max_squarings=max_squarings)
+
+
+def expm_frechet(A, E, *, method=None, compute_expm=True, mesh=None, spec=None,  # noqa: N803
+                 backend="auto"):
+    """The Frechet derivative of expm at A in the direction E (and expm(A)
+    first, with compute_expm), like ``jax.scipy.linalg.expm_frechet``: the
+    derivative of :func:`expm` along E. method: ignored, as by JAX."""
+    del method
+    A, E = arguments.inexact(A, "A"), arguments.inexact(E, "E")  # noqa: N806
+    if A.ndim < 2 or A.shape[-2] != A.shape[-1]:
+        raise ValueError(f"expected A to be a (batched) square matrix, got A.shape={A.shape}")
+    if E.ndim < 2 or E.shape[-2] != E.shape[-1]:
+        raise ValueError(f"expected E to be a (batched) square matrix, got E.shape={E.shape}")
+    if A.shape != E.shape:
+        raise ValueError("expected A and E to be the same shape, got "
+                         f"A.shape={A.shape} E.shape={E.shape}")
+    of_a = functools.partial(expm, mesh=mesh, spec=spec, backend=backend)
+    value, derivative = jax.jvp(of_a, (A,), (E,))
+    return (value, derivative) if compute_expm else derivative
 
 
 # The steps before and after the solve compiled once each: traced anew on

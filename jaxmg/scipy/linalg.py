@@ -49,6 +49,7 @@ cho_solve = _reading_lists(jaxmg.cho_solve, pair=True)
 det = jaxmg.det
 inv = jaxmg.inv
 expm = jaxmg.expm
+expm_frechet = jaxmg.expm_frechet
 lu = _reading_lists(jaxmg.lu)
 lu_factor = _reading_lists(jaxmg.lu_factor)
 lu_solve = _reading_lists(jaxmg.lu_solve, pair=True)
@@ -93,8 +94,8 @@ def qr(a, overwrite_a=False, lwork=None, mode="full", pivoting=False, check_fini
 
 
 __all__ = [
-    "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "inv", "lu", "lu_factor",
-    "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd",
+    "cho_factor", "cho_solve", "cholesky", "det", "eigh", "expm", "expm_frechet", "inv", "lu",
+    "lu_factor", "lu_solve", "polar", "qr", "solve", "solve_triangular", "svd",
 ]
 
 
