@@ -355,9 +355,9 @@ def expm_frechet(A, E, *, method=None, compute_expm=True, mesh=None, spec=None, 
 # every eager call, their branches would compile on every call.
 @jax.jit
 def _pade_of_scaled(a):
-    """p_m(a / 2^s), p_m(-a / 2^s) and s: the degree m the one that is accurate
-    for ||a||_1, or the highest with s >= 0 the fewest halvings that bring it
-    within that one's reach."""
+    """p_m(a / 2^s), p_m(-a / 2^s) and s: m the lowest degree accurate at
+    ||a||_1 (s = 0), or beyond the highest degree's reach that degree, with s
+    the fewest halvings that bring ||a||_1 within it."""
     degrees = _THETA[64 if jnp.finfo(a.dtype).bits == 64 else 32]
     norm1 = jnp.max(jnp.sum(jnp.abs(a), axis=0))
     squarings = jnp.maximum(0, jnp.floor(jnp.log2(norm1 / degrees[-1][1])))
