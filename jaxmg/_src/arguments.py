@@ -49,13 +49,15 @@ def check_same_dtype(b, dtype, name: str = "b", other: str = "a") -> None:
         )
 
 
-def check_tile(tile_size) -> int | None:
+def check_tile(tile_size, refusal: str = "jaxmg: tile_size must be a positive int") -> int | None:
+    """tile_size as an int (None stays None); refused with `refusal`, then
+    the value."""
     if tile_size is None:
         return None
     if isinstance(tile_size, bool) or not isinstance(tile_size, (int, np.integer)):
-        raise TypeError(f"jaxmg: tile_size must be a positive int, got {tile_size!r}")
+        raise TypeError(f"{refusal}, got {tile_size!r}")
     if tile_size < 1:
-        raise ValueError(f"jaxmg: tile_size must be a positive int, got {tile_size}")
+        raise ValueError(f"{refusal}, got {tile_size}")
     return int(tile_size)
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from jaxmg._src.placement import axis_names, explicit_spec
 
 
 def broadcast_map(fn, args, core_ndims):
@@ -43,38 +45,22 @@ def _batch_axes_sharded_alike(args, k: int):
     """args with each of the k batch axes sharded the same way in every leaf
     (the first sharding given wins), as vmap needs on explicit mesh axes."""
     leaves, tree = jax.tree.flatten(args)
-    typed = [_explicit_sharding(x) for x in leaves]
+    typed = [explicit_spec(x) for x in leaves]
     target, used = [], set()
     for j in range(k):  # a mesh axis shards one batch axis at most
         entry = next((t[1][j] for t in typed if t is not None and t[1][j] is not None
-                      and not used & set(_names(t[1][j]))), None)
+                      and not used & set(axis_names(t[1][j]))), None)
         target.append(entry)
-        used |= set(_names(entry))
+        used |= set(axis_names(entry))
     out = []
     for x, t in zip(leaves, typed):
         if t is not None and any(t[1][j] != target[j] for j in range(k)):
             # A core axis sharded over a mesh axis the batch now takes is
             # gathered: an axis can shard one dimension only.
-            core = [None if used & set(_names(e)) else e for e in t[1][k:]]
+            core = [None if used & set(axis_names(e)) else e for e in t[1][k:]]
             x = jax.sharding.reshard(x, NamedSharding(t[0], P(*target, *core)))
         out.append(x)
     return jax.tree.unflatten(tree, out)
-
-
-def _names(entry):
-    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
-
-
-def _explicit_sharding(x):
-    """(mesh, spec with one entry per dimension) where x's type is sharded on
-    explicit mesh axes (the concrete mesh of a concrete array); None otherwise."""
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or mesh.empty or AxisType.Explicit not in mesh.axis_types:
-        return None
-    concrete = getattr(x, "sharding", None) if not isinstance(x, jax.core.Tracer) else None
-    mesh = getattr(concrete, "mesh", mesh)
-    return mesh, tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
 
 
 def batched(a, core_ndim: int = 2) -> bool:

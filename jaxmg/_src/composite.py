@@ -19,7 +19,8 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg._src import arguments, batching, linalg, polar, sharding, triangular
-from jaxmg._src.placement import resolve_placement, sharding_of
+from jaxmg._src.placement import axis_names, explicit_spec, resolve_placement
+from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
 
 
 def svdvals(x, /, *, mesh=None, spec=None, backend="auto"):
@@ -85,10 +86,6 @@ def _pinv_jvp(options, primals, tangents):
     return p, dp
 
 
-def _h(x):
-    return jnp.conj(jnp.swapaxes(x, -1, -2))
-
-
 def _rows_placement(a, mesh, spec):
     """Where one matrix a lies on a mesh, rows sharded; None for a batch
     or an unplaced matrix (XLA places the products)."""
@@ -102,8 +99,8 @@ def _product(where):
     """x @ y at full precision; on a mesh, its rows sharded over a's row
     axis (explicit sharding needs the result named)."""
     if where is None:
-        return functools.partial(jnp.matmul, precision=jax.lax.Precision.HIGHEST)
-    return lambda x, y: sharding.matmul(x, y, where, P(where.axis, None))
+        return _mm
+    return functools.partial(_mm, placement=where, spec=P(where.axis, None))
 
 
 def _symmetrised(x, where):
@@ -271,19 +268,18 @@ def _reshape(x, shape):
     """x.reshape(shape). On explicit mesh axes, which need the result's
     sharding named, its first dimension is sharded over the axes x was
     sharded over (where they divide it evenly; else it is replicated)."""
-    named = sharding_of(x)
-    spec = getattr(named, "spec", None)
-    axes = [ax for entry in spec or () for ax in (entry if isinstance(entry, tuple) else (entry,))
-            if ax is not None]
-    if not axes or not isinstance(named, NamedSharding):
+    typed = explicit_spec(x)
+    axes = [ax for entry in typed[1] for ax in axis_names(entry)] if typed else []
+    if not axes:
         return jnp.reshape(x, shape)
-    types = dict(zip(named.mesh.axis_names, named.mesh.axis_types))
+    mesh = typed[0]
+    types = dict(zip(mesh.axis_names, mesh.axis_types))
     if any(types[ax] != jax.sharding.AxisType.Explicit for ax in axes):
         return jnp.reshape(x, shape)
-    devices = math.prod(named.mesh.shape[ax] for ax in axes)
+    devices = math.prod(mesh.shape[ax] for ax in axes)
     lead = axes[0] if len(axes) == 1 else tuple(axes)
     out = P(lead) if shape and shape[0] % devices == 0 else P()
-    return jnp.reshape(x, shape, out_sharding=NamedSharding(named.mesh, out))
+    return jnp.reshape(x, shape, out_sharding=NamedSharding(mesh, out))
 
 
 # Pade approximants r_m = p_m(A) / p_m(-A) of exp, by degree m: the
@@ -376,10 +372,6 @@ def _squared(r, squarings, *, max_squarings: int):
 
     r = lax.fori_loop(0, max_squarings, square, r)
     return jnp.where(squarings > max_squarings, jnp.asarray(jnp.nan, r.dtype), r)
-
-
-def _mm(x, y):
-    return jnp.matmul(x, y, precision=lax.Precision.HIGHEST)
 
 
 def _pade(a, m: int):

@@ -35,6 +35,10 @@ class SpecifiedTwice(TypeError, ValueError):
     """matrix_specs and in_specs both given: a TypeError as Python's own for an
     argument given twice, and the ValueError JAXMg raises for it."""
 
+    def __init__(self, routine: str):
+        super().__init__(f"jaxmg.{routine}: Specify only one of matrix_specs and in_specs "
+                         "(they name the same option)")
+
 
 def accepts_peer_calls(arrays: int, with_logdet=None):
     """Lets the wrapped routine (whose first `arrays` parameters are arrays and
@@ -124,21 +128,14 @@ def check_arrays(routine: str, a, b=None):
 def spec_of_a(routine: str, matrix_specs, in_specs):
     """a's PartitionSpec from JAXMg's matrix_specs or its older name in_specs."""
     if matrix_specs is not None and in_specs is not None:
-        raise SpecifiedTwice(f"jaxmg.{routine}: Specify only one of matrix_specs and in_specs "
-                             "(they name the same option)")
+        raise SpecifiedTwice(routine)
     return _spec_of_a(routine, in_specs if matrix_specs is None else matrix_specs)
 
 
 def check_tile(routine: str, T_A):  # noqa: N803 (JAXMg's name)
-    """T_A as JAXMg takes it, refused by that name when it is no tile size."""
-    if T_A is None:
-        return None
-    message = f"jaxmg.{routine}: T_A must be positive (an int, the tile size), got {T_A!r}"
-    if isinstance(T_A, bool) or not isinstance(T_A, (int, np.integer)):
-        raise TypeError(message)
-    if T_A < 1:
-        raise ValueError(message)
-    return int(T_A)
+    """T_A as JAXMg takes it, refused in its words when it is no tile size."""
+    refusal = f"jaxmg.{routine}: T_A must be positive (an int, the tile size)"
+    return arguments.check_tile(T_A, refusal)
 
 
 def _as_ours(routine: str, names, arrays: int, args, kwargs):
@@ -151,8 +148,7 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
     kwargs = dict(kwargs)
     if "matrix_specs" in kwargs:  # the later name of in_specs
         if "in_specs" in kwargs or "in_specs" in given:
-            raise SpecifiedTwice(f"jaxmg.{routine}: Specify only one of matrix_specs and "
-                                 "in_specs (they name the same option)")
+            raise SpecifiedTwice(routine)
         kwargs["in_specs"] = kwargs.pop("matrix_specs")
     logdet = arguments.check_flag(kwargs.pop("return_logdet", False), "return_logdet")
     for name in names:

@@ -93,6 +93,23 @@ def sharding_of(x):
     return getattr(x, "sharding", None)
 
 
+def explicit_spec(x):
+    """(mesh, spec with one entry per dimension) where x's type is sharded on
+    explicit mesh axes (the concrete mesh of a concrete array); None otherwise."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+        return None
+    concrete = getattr(x, "sharding", None) if not isinstance(x, jax.core.Tracer) else None
+    mesh = getattr(concrete, "mesh", mesh)
+    return mesh, tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
+
+
+def axis_names(entry) -> tuple:
+    """The mesh axes of one spec entry (None, a name, or a tuple of names)."""
+    return () if entry is None else entry if isinstance(entry, tuple) else (entry,)
+
+
 @functools.lru_cache(maxsize=64)
 def _single_device_mesh(device) -> Mesh:
     return Mesh(np.array([device]), ("rows",))

@@ -86,8 +86,9 @@ def constrain(x, placement: Placement, spec):
 
 
 def adjoint(x):
-    """x^H (x^T for real x)."""
-    return jnp.conj(x).T if jnp.iscomplexobj(x) else x.T
+    """x^H (x^T for real x), of each matrix of a batch."""
+    xt = jnp.swapaxes(x, -1, -2)
+    return jnp.conj(xt) if jnp.iscomplexobj(x) else xt
 
 
 def matmul_highest(x, y, placement: Placement | None = None, spec=P()):
