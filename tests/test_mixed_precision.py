@@ -16,7 +16,7 @@ import pytest
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from scipy.linalg import lapack
 
-from helpers import devices, hermitian, mesh, random_matrix, spd
+from helpers import devices, hermitian, mesh, random_matrix, run_python, spd
 from jaxmg._src.mixed import blocks, cholesky, lu, placement, precision, refine, solvers
 
 CONDITIONS = (10.0, 1e4, 1e6)
@@ -133,6 +133,28 @@ def test_inverse_by_doubling_is_the_triangle_inverse(rng, dtype, unit, n, leaf):
     assert np.all(np.triu(got, 1) == 0)
     upper = np.asarray(blocks.inverse_upper(jnp.asarray(m), leaf=leaf))
     assert np.abs(upper @ np.triu(m) - np.eye(n)).max() < tol
+
+
+def test_a_factorisation_of_many_panels_finishes_on_cpu():
+    """Several diagonal blocks inverted at once: jaxlib 0.10's batched LAPACK
+    kernels wait on the thread pool they run in, so as many batched triangular
+    solves at once as the pool has threads never finished (on a 2-core
+    machine this solve hung every time); the leaves now go one at a time."""
+    code = (
+        "import jax, jax.numpy as jnp, numpy as np\n"
+        "jax.config.update('jax_enable_x64', True)\n"
+        "from jaxmg._src.mixed import solvers\n"
+        "rng = np.random.default_rng(0)\n"
+        "a = rng.standard_normal((1024, 1024)) + 96 * np.eye(1024)\n"
+        "b = rng.standard_normal((1024, 1))\n"
+        "x, r = solvers.general_solve(jnp.asarray(a), jnp.asarray(b), block_size=256,\n"
+        "                             panel_solve='inverse')\n"
+        "print(float(np.abs(a @ np.asarray(x) - b).max() / np.abs(b).max()), bool(r.fallback[0]))\n"
+    )
+    done = run_python(code, devices=1, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    residual, fallback = done.stdout.split()
+    assert float(residual) < 1e-12 and fallback == "False"
 
 
 def test_inverse_by_doubling_keeps_the_scale_of_a_graded_triangle(rng):

@@ -163,8 +163,18 @@ def inverse_upper(u, *, leaf: int | None = None):
 
 
 def _solve_identity(l, unit_diagonal: bool):
-    eye = jnp.broadcast_to(jnp.eye(l.shape[-1], dtype=l.dtype), l.shape)
-    return lax.linalg.triangular_solve(l, eye, left_side=True, lower=True, unit_diagonal=unit_diagonal)
+    def solve(l):
+        eye = jnp.broadcast_to(jnp.eye(l.shape[-1], dtype=l.dtype), l.shape)
+        return lax.linalg.triangular_solve(l, eye, left_side=True, lower=True,
+                                           unit_diagonal=unit_diagonal)
+
+    if l.ndim == 2:
+        return solve(l)
+    # On CPUs one leaf at a time: jaxlib 0.10's batched LAPACK kernels hand their
+    # batch to the thread pool they run on and wait for it, so as many of them at
+    # once as the pool has threads (a factorisation's independent inverses, two on a
+    # two-core machine) deadlock the program.
+    return lax.platform_dependent(l, cpu=lambda l: jnp.stack([solve(x) for x in l]), default=solve)
 
 
 @jax.tree_util.register_pytree_node_class
