@@ -413,3 +413,97 @@ def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
     for i in range(2):
         close(x[i], s[i], b[i])
         close(y[i], s[i], b[i])
+
+
+# --------------------------------------------------------------------------
+# General matrices through the Cholesky factor of A^H A (from GRAM_FROM on
+# one device; lowered here to this file's order)
+# --------------------------------------------------------------------------
+
+@pytest.fixture
+def gram_route(monkeypatch):
+    from jaxmg._src.mixed import api
+
+    monkeypatch.setattr(api, "GRAM_FROM", N)
+
+
+def uniform_general(rng, dtype, cond, n=N):
+    """U diag(s) V^H with s from 1 down to 1 / cond."""
+    u, _ = np.linalg.qr(helpers.random_matrix(rng, n, dtype))
+    v, _ = np.linalg.qr(helpers.random_matrix(rng, n, dtype))
+    return ((u * np.geomspace(1.0, 1.0 / cond, n)) @ v.conj().T).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+def test_gram_route_factors_no_lu_and_reaches_float64_accuracy(rng, gram_route, dtype):
+    from jaxmg._src.mixed import normal
+
+    a, b = uniform_general(rng, dtype, 10.0), helpers.random_matrix(rng, N, dtype, 3)
+    f = jaxmg.lu_factor(a, precision="mixed")
+    assert isinstance(f.factor, normal.GramFactor) and int(f.info) == 0
+    x, info = jaxmg.solve(a, b, precision="mixed", return_info=True)
+    close(x, a, b)
+    assert not np.asarray(info.fallback).any() and (np.asarray(info.iterations) >= 1).all()
+    assert (np.asarray(info.backward_error) <= 1e-15).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128], ids=["float64", "complex128"])
+@pytest.mark.parametrize("trans", [0, 1, 2])
+def test_gram_route_solves_every_op(rng, gram_route, dtype, trans):
+    a, b = uniform_general(rng, dtype, 10.0), helpers.random_matrix(rng, N, dtype, 2)
+    f = jaxmg.lu_factor(a, precision="mixed")
+    op = [lambda m: m, lambda m: m.T, lambda m: m.conj().T][trans]
+    close(jaxmg.lu_solve(f, b, trans=trans), a, b, op)
+
+
+def test_gram_route_derivatives_jit_and_vmap_match_float64(rng, gram_route):
+    a, b = uniform_general(rng, np.float64, 10.0), helpers.random_matrix(rng, N, np.float64, 2)
+
+    def loss(a, b, precision):
+        return jnp.sum(jaxmg.solve(a, b, precision=precision) ** 2)
+
+    got = jax.jit(jax.grad(loss, argnums=(0, 1)), static_argnums=2)(a, b, "mixed")
+    want = jax.grad(loss, argnums=(0, 1))(a, b, "highest")
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-9, atol=1e-12)
+    xs = jax.vmap(lambda b: jaxmg.solve(a, b, precision="mixed"))(b.T)
+    close(np.asarray(xs).T, a, b)
+
+
+@pytest.mark.parametrize("cond", [1e6, 1e12])
+def test_gram_route_beyond_its_reach_falls_back_to_float64_lu(rng, gram_route, cond):
+    """cond(A^H A) = cond^2: G's FP16 Cholesky fails (or refinement stalls)
+    and float64 LU answers, as accurate as JAX's."""
+    a, b = uniform_general(rng, np.float64, cond), helpers.random_matrix(rng, N, np.float64, 1)
+    x, info = jaxmg.solve(a, b, precision="mixed", return_info=True)
+    assert np.asarray(info.fallback).all() and int(info.info) == 0
+    reference = jax.scipy.linalg.lu_solve(jax.scipy.linalg.lu_factor(a), b)
+    berr = lambda x: np.abs(b - a @ np.asarray(x)).max() / (np.abs(a).sum(1).max() * np.abs(x).max())  # noqa: E731
+    assert berr(x) <= 10 * berr(reference) + 1e-17
+
+
+def test_gram_route_of_a_singular_matrix_fails_like_float64(rng, gram_route):
+    a = uniform_general(rng, np.float64, 10.0)
+    a[:, 7] = 0
+    x, info = jaxmg.solve(a, np.ones(N), precision="mixed", return_info=True)
+    assert int(info.info) > 0 and np.isnan(np.asarray(x)).all()
+    with pytest.raises(jaxmg.LinAlgError, match="singular"):
+        jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed", on_failure="raise"), np.ones(N))
+
+
+def test_rows_sharded_general_matrices_keep_the_blocked_lu(rng, gram_route):
+    from jaxmg._src.mixed import lu as lum
+
+    mesh = helpers.mesh(2)
+    a, b = uniform_general(rng, np.float64, 10.0), helpers.random_matrix(rng, N, np.float64, 2)
+    f = jaxmg.lu_factor(helpers.rows(a, mesh), precision="mixed")
+    assert isinstance(f.factor, lum.LUFactor)
+    close(jaxmg.lu_solve(f, b), a, b)
+
+
+def test_the_gram_variant_refuses_sharded_rows_by_name(rng):
+    from jaxmg._src.mixed import solvers
+
+    a = helpers.rows(uniform_general(rng, np.float64, 10.0), helpers.mesh(2))
+    with pytest.raises(ValueError, match="variant='gram' factors on one device"):
+        solvers.general_solve(a, np.ones(N), variant="gram", update="fp16")

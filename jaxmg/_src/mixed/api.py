@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures
-from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import irs, refine as rf, solvers
 
 PRECISIONS = ("highest", "mixed")
@@ -44,13 +44,23 @@ GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
-# solve(assume_a="gen") of one right-hand side on one GPU from N = 32768:
-# cuSOLVER's iterative-refinement solver (irs.py: FP16 LU, classic refinement
-# with GMRES corrections). Once the blocked LU applied its row interchanges by
-# a gather the two tied at N=32768, cond 10 (406 ms against 413), and cuSOLVER
-# falls back sooner from cond 1e4 (1173 against 1310); at N=16384 the blocked
-# LU is faster (106 against 124), as it is with several columns (cuSOLVER,
-# 4 at 16384: 186 against JAX's 150). tools/irs_probe.py, docs/benchmarks.md.
+# General matrices on one device from N = GRAM_FROM: no LU, but the FP16
+# Cholesky of G = A^H A (normal.py: G by FP16 products, factored as SPD above)
+# preconditions the refinement. On one H200, U S V^T matrices
+# (tools/normal_probe.py, docs/benchmarks.md): cond 10, 149 ms at N=32768
+# against JAX's 705 and the blocked LU's 413, 31.5 against 141 at 16384, 10.1
+# against 40.8 at 8192; cond 30 165 ms. Its reach is cond(A)^2's: at cond 100
+# refinement stalled and float64 LU answered (987 ms at N=32768), where G by
+# BF16x3 products converged in 373 ms at three times the products' cost at
+# cond 10 (293 ms), so FP16 stays. From about cond 1e3 G's Cholesky fails and
+# float64 LU answers at once (858 ms). Rows sharded: the blocked LU.
+GRAM = dict(SPD, variant="gram")
+GRAM_FROM = 8192
+# cuSOLVER's iterative-refinement LU (irs.py: FP16 LU, classic refinement with
+# GMRES corrections) for one right-hand side on one GPU from IRS_FROM: the
+# route before GRAM, which supersedes it (406 ms at N=32768, cond 10; 1173
+# from cond 1e4). Kept for its measurements (tools/irs_probe.py): with
+# IRS_FROM >= GRAM_FROM it never runs.
 IRS = irs.Settings()
 IRS_FROM = 32768
 
@@ -160,7 +170,7 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     if n == 0:  # nothing to factor (the norms would reduce over no entries)
         stored = "lower" if triangle == "lower" else "upper"
         zero = jnp.zeros((), jnp.finfo(a.dtype).dtype)
-        return MixedFactor(a, None, jnp.zeros((), jnp.int32), (zero, zero), kind, _config(kind, a),
+        return MixedFactor(a, None, jnp.zeros((), jnp.int32), (zero, zero), kind, _config(kind, a, rows),
                            rows, on_failure, stored if kind == "spd" else None, n)
     return _factored(kind, a, triangle, rows, on_failure, n)
 
@@ -204,7 +214,7 @@ def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "n
         a = _read(a, triangle != "lower", rows)
     elif kind == "spd":  # used where it lies: no mirrored copy of A (hermitian.py)
         stored = "lower" if triangle == "lower" else "upper"
-    cfg = _config(kind, a)
+    cfg = _config(kind, a, rows)
     f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE, triangle=stored)
     return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure, stored, order)
 
@@ -257,9 +267,11 @@ def _mesh_of(x):
     return sharding.mesh if isinstance(sharding, jax.sharding.NamedSharding) else None
 
 
-def _config(kind, a):
+def _config(kind, a, rows: placement.Rows):
     if kind == "spd":
         return blk.config(a.dtype, variants=chol.VARIANTS, **SPD)
+    if not rows.sharded and a.shape[0] >= GRAM_FROM:
+        return blk.config(a.dtype, variants=normal.VARIANTS, **GRAM)
     options = GENERAL_UP_TO_16384 if a.shape[0] <= 16384 else GENERAL
     return blk.config(a.dtype, variants=lum.VARIANTS, bounded=False, **options)
 
@@ -272,7 +284,7 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     b, b2 = _rhs(b, a, n, rows)
     if n == 0:
         return _result(b, *_empty(b2), kind, on_failure)
-    route = "irs" if kind == "general" and not rows.sharded and a.shape[0] >= IRS_FROM \
+    route = "irs" if kind == "general" and not rows.sharded and IRS_FROM <= a.shape[0] < GRAM_FROM \
         and b2.shape[1] == 1 and irs.available() else "blocked"
     x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route,
                                   settings=IRS)

@@ -16,7 +16,8 @@ import jax.scipy.linalg as jsl
 from jax import custom_batching, lax
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, placement, refine as rf
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
+from jaxmg._src.mixed import refine as rf
 
 
 class Refinement(NamedTuple):
@@ -96,7 +97,9 @@ def general_solve(
     axis: str | None = None,
 ):
     """Solves a x = b (a: N x N, float64 or complex128) at float64 accuracy
-    from a low-precision LU with partial pivoting. b: (N,) or (N, K).
+    from a low-precision LU with partial pivoting, or with variant="gram"
+    (one device) from the Cholesky factor of A^H A (normal.py). b: (N,) or
+    (N, K).
 
     Returns (x, Refinement). Columns that do not converge are solved by
     float64 LU (x is NaN and info > 0 where U has an exactly zero pivot);
@@ -112,22 +115,33 @@ def _front(kind: str, a, b, args):
     n = a.shape[0]
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"b must have shape ({n},) or ({n}, K) to match a, got {tuple(b.shape)}")
-    variants = chol.VARIANTS if kind == "spd" else lum.VARIANTS
+    variants = chol.VARIANTS if kind == "spd" else GENERAL_VARIANTS
     cfg = blk.config(
         a.dtype, block_size=args["block_size"], update=args["update"], panel=args["panel"],
         variant=args["variant"], panel_solve=args["panel_solve"], variants=variants,
-        bounded=kind == "spd",
+        bounded=kind == "spd" or args["variant"] in normal.VARIANTS,
     )
     opts = rf.options(args["method"], args["max_iterations"], args["restart"], args["inner_tolerance"])
     if not isinstance(args["fallback"], bool):
         raise TypeError(f"fallback must be True or False, got {args['fallback']!r}")
     rows = placement.resolve(a, args["mesh"], args["axis"])
+    check_variant(cfg, rows)
     b2 = b.reshape(n, -1).astype(a.dtype)
     x, record = _solve(a, b2, kind=kind, cfg=cfg, opts=opts, fallback=args["fallback"], rows=rows)
     if b.ndim == 1:
         x = x[:, 0]
         record = Refinement(*(f[0] if f.ndim else f for f in record))
     return x, record
+
+
+GENERAL_VARIANTS = lum.VARIANTS + normal.VARIANTS
+
+
+def check_variant(cfg: blk.Config, rows: placement.Rows):
+    if cfg.variant in normal.VARIANTS and rows.sharded:
+        raise ValueError(
+            f"variant={cfg.variant!r} factors on one device, and a's rows are sharded over "
+            f"{rows.axis!r}: use variant='right', or gather a first")
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
@@ -149,8 +163,10 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
     triangle ("spd", one device): a holds A in its "upper" or "lower"
     triangle only (hermitian.py); None: a is all of A."""
     upper = triangle == "upper"
-    factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
     norms = _norms(a) if triangle is None else _triangle_norms(a, upper)
+    if cfg.variant in normal.VARIANTS:  # no retry: G's Cholesky fails where A is beyond its reach
+        return (*normal.factor(a, cfg=cfg), norms)
+    factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
     scale = _scale(kind, a, norms[0], rows.sharded)
     f, info = factor(a, scale, cfg=cfg, rows=rows)
     if retry is not None and retry != cfg.update:
@@ -212,9 +228,13 @@ def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallba
 
 
 def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
-    factor_body = chol._factor if kind == "spd" else lum._factor
     norms = rf.norms(a)
-    factor, factor_info = factor_body(a, _scale(kind, a, norms[0], rows.sharded), cfg=cfg, rows=rows)
+    if cfg.variant in normal.VARIANTS:
+        factor, factor_info = normal.factor(a, cfg=cfg)
+    else:
+        factor_body = chol._factor if kind == "spd" else lum._factor
+        scale = _scale(kind, a, norms[0], rows.sharded)
+        factor, factor_info = factor_body(a, scale, cfg=cfg, rows=rows)
     return _refine_body(a, factor, factor_info, norms, b, kind=kind, cfg=cfg, opts=opts,
                         fallback=fallback, rows=rows)
 
@@ -224,7 +244,10 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
     anorm, floor = rf.norms(a, adjoint=True) if adjoint else norms
     if triangle is not None and b.shape[1] > hermitian.MAX_COLUMNS:
         a, triangle = hermitian.mirrored(a, triangle == "upper"), None  # one copy; then GEMMs
-    low_solve = chol._sweeps if kind == "spd" else functools.partial(lum._sweeps, adjoint=adjoint)
+    if isinstance(factor, normal.GramFactor):
+        low_solve = functools.partial(normal.solve, adjoint=adjoint)
+    else:
+        low_solve = chol._sweeps if kind == "spd" else functools.partial(lum._sweeps, adjoint=adjoint)
 
     def precondition(r):
         s = jnp.max(jnp.abs(r), axis=0)

@@ -1,0 +1,103 @@
+"""The general mixed solve's factor without pivots: the low-precision
+Cholesky factor of the Gram matrix G = A^H A (one device).
+
+A^{-1} = G^{-1} A^H, so with L L^H ~ G the preconditioner
+M r = L^-H L^-1 (A^H r) refines x against A as the LU factor would, and A^H's
+solves use M' r = A L^-H L^-1 r (A^-H = A G^-1). ||I - M A|| grows with
+cond(A)^2 (G's condition number), so this factor serves matrices of
+condition up to about 100 to 300; beyond, G's FP16 Cholesky fails or the
+refinement stalls, and the solve falls back to float64 LU.
+
+Against a blocked LU it trades pivoting for flops: forming G is N^3
+multiply-adds (SYRK's half of a GEMM) at FP16 rates and its Cholesky N^3/3
+on the SPD path, but no column waits for a global pivot search, which
+bounds any partial-pivoting panel on a GPU (docs/benchmarks.md). A^H is kept
+as a float32 (complex64) copy, scaled by a power of two that brings A's
+largest column 2-norm into [1, 2), so that G's diagonal lies in [0, 4) and
+every entry of G and of its factor within float16's range; G's products
+and each A^H r read it.
+
+Memory, in copies of the float64 A: the scaled A^H 0.5, G 0.5 (its lower
+block columns, the upper triangle left zero), the Cholesky factor 0.25.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from jaxmg._src.mixed import blocks as blk, cholesky as chol, placement, precision
+
+# The variant names the precision G is formed at: "gram" the factor's own
+# update precision, "gram_bf16x3" BF16x3 (float32-like G, for A of larger
+# condition numbers, at three times the products' cost).
+VARIANTS = ("gram", "gram_bf16x3")
+_GRAM_UPDATE = {"gram_bf16x3": "bf16x3"}
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=("cholesky", "adjoint", "scale"),
+    meta_fields=(),
+)
+@dataclasses.dataclass(frozen=True)
+class GramFactor:
+    """cholesky: L L^H = G_c = (c A)^H (c A); adjoint: c A^H at the panel
+    precision; scale: c."""
+
+    cholesky: chol.CholeskyFactor
+    adjoint: jax.Array
+    scale: jax.Array
+
+    @property
+    def n(self) -> int:
+        return self.adjoint.shape[0]
+
+
+def scaled_adjoint(a, panel_dtype):
+    """(c A^H in panel_dtype, c) with c the power of two that brings A's
+    largest column 2-norm into [1, 2)."""
+    norms = jnp.sqrt(jnp.sum(jnp.abs(a) ** 2, axis=0))
+    c = blk.power_of_two_near_inverse(jnp.max(norms))
+    return jnp.conj(a.T * c.astype(a.dtype)).astype(panel_dtype), c
+
+
+def gram(ah, block_size: int, update: str):
+    """The lower block columns of G = A^H A from A^H, products at `update`;
+    the upper triangle outside the diagonal blocks zero (the Cholesky reads
+    the lower one)."""
+    n = ah.shape[0]
+    g = jnp.zeros((n, n), ah.dtype)
+    for o, w in blk.partition(n, block_size):
+        column = precision.matmul(ah[o:], ah[o : o + w], update, adjoint_y=True)
+        g = lax.dynamic_update_slice(g, column, (o, o))
+    return g
+
+
+@functools.partial(jax.jit, static_argnames=("cfg",))
+def factor(a, *, cfg: blk.Config):
+    """(GramFactor, info): info 0, or the order at which G's low-precision
+    Cholesky found it not positive definite (A singular, or conditioned
+    beyond the reach of this factor)."""
+    ah, c = scaled_adjoint(a, blk.work_dtype(a.dtype, cfg.panel))
+    g = gram(ah, cfg.block_size, _GRAM_UPDATE.get(cfg.variant, cfg.update))
+    left = dataclasses.replace(cfg, variant="left")
+    f, info = chol._factor(g, jnp.ones((), jnp.finfo(g.dtype).dtype), cfg=left,
+                           rows=placement.Rows())
+    return GramFactor(f, ah, c), info
+
+
+def solve(f: GramFactor, r, *, adjoint: bool = False):
+    """~A^{-1} r (adjoint: ~A^{-H} r) at the factor's precision. r: (N, K),
+    of entries near 1 (the refinement scales its columns)."""
+    r = r.astype(f.adjoint.dtype)
+    if adjoint:  # A^-H = A G^-1, and A = (A^H)^H
+        out = placement.dot(f.adjoint, chol._sweeps(f.cholesky, r), adjoint_x=True)
+    else:
+        out = chol._sweeps(f.cholesky, f.adjoint @ r)
+    # G_c^-1 (c A^H) = A^-1 / c, and (c A^H)^H G_c^-1 = A^-H / c
+    return out * f.scale.astype(out.dtype)
