@@ -1,6 +1,6 @@
 """Peak GPU memory of one float64 solve beside A, in copies of A: the
-general mixed solve (jaxmg.solve(a, b, precision="mixed"), cuSOLVER's IRS
-route from N=16384) or JAX's lu_factor + lu_solve. One solve per process,
+general mixed solve (jaxmg.solve(a, b, precision="mixed"), through A^H A
+from N=8192 on one GPU) or JAX's lu_factor + lu_solve. One solve per process,
 since XLA's peak cannot be reset: A is generated element-wise (no
 temporaries), so what the peak adds to A is the solve's.
 
