@@ -44,17 +44,17 @@ GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
-# General matrices on one device from N = GRAM_FROM: no LU, but the FP16
-# Cholesky of G = A^H A (normal.py: G by FP16 products, factored as SPD above)
-# preconditions the refinement. On one H200, U S V^T matrices
-# (tools/normal_probe.py, docs/benchmarks.md): cond 10, 149 ms at N=32768
-# against JAX's 705 and the blocked LU's 413, 31.5 against 141 at 16384, 10.1
-# against 40.8 at 8192; cond 30 165 ms. Its reach is cond(A)^2's: at cond 100
-# refinement stalled and float64 LU answered (987 ms at N=32768), where G by
-# BF16x3 products converged in 373 ms at three times the products' cost at
-# cond 10 (293 ms), so FP16 stays. From about cond 1e3 G's Cholesky fails and
-# float64 LU answers at once (858 ms). Rows sharded: the blocked LU.
-GRAM = dict(SPD, variant="gram")
+# General matrices on one device from N = GRAM_FROM: no LU, but the Cholesky
+# of G = A^H A (normal.py: G by FP16 products, factored with BF16x3 updates)
+# preconditions the refinement. On one H200, U S V^T matrices, one run
+# (tools/normal_probe.py, docs/benchmarks.md), N=32768 against JAX's 709 ms:
+# 206 ms at cond 10, 247 at cond 100, and from cond 1e3 G's Cholesky fails and
+# float64 LU answers (921 ms). The Cholesky with FP16 updates took 152 ms at
+# cond 10 but stalled at cond 100 and fell back (990 ms), so BF16x3 (its
+# errors, not G's FP16 products, bound the reach: G by BF16x3 products cost
+# 144 ms more at cond 10 in an earlier run). At N=8192 with FP16 updates, 10.1
+# ms against JAX's 40.8 and the blocked LU's 35.6. Rows sharded: the blocked LU.
+GRAM = dict(SPD, update="bf16x3", variant="gram")
 GRAM_FROM = 8192
 # cuSOLVER's iterative-refinement LU (irs.py: FP16 LU, classic refinement with
 # GMRES corrections) for one right-hand side on one GPU from IRS_FROM: the
