@@ -54,10 +54,6 @@ class GramFactor:
     adjoint: jax.Array
     scale: jax.Array
 
-    @property
-    def n(self) -> int:
-        return self.adjoint.shape[0]
-
 
 def scaled_adjoint(a, panel_dtype):
     """(c A^H in panel_dtype, c) with c the power of two that brings A's
