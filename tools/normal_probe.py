@@ -28,7 +28,7 @@ import jax.scipy.linalg as jsl
 
 jax.config.update("jax_enable_x64", True)
 
-from jaxmg._src.mixed import api, placement, solvers  # noqa: E402
+from jaxmg._src.mixed import api, irs, placement, solvers  # noqa: E402
 from tools.bench import matrices  # noqa: E402
 
 START = time.monotonic()
@@ -92,7 +92,7 @@ def main():
                 variant, _, update = v.partition(":")
                 runs.append((f"{variant} {update or api.GRAM['update']}",
                              functools.partial(gram, variant=variant, **({"update": update} if update else {}))))
-            if not args.skip_irs:
+            if not args.skip_irs and irs.available():  # available() loads its FFI targets
                 runs.append(("irs", irs_route))
             if args.blocked:
                 runs.append(("blocked lu", blocked))
