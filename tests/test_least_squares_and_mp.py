@@ -5,7 +5,6 @@ QR and least squares of the user's matrix unchanged."""
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P

@@ -26,7 +26,7 @@ import jax.scipy.linalg as jsl
 
 jax.config.update("jax_enable_x64", True)
 
-from jaxmg._src.mixed import api, irs, placement, refine  # noqa: E402
+from jaxmg._src.mixed import api, irs, refine, solvers  # noqa: E402
 from tools.bench import matrices  # noqa: E402
 
 START = time.monotonic()
@@ -90,11 +90,10 @@ def main():
         for ci, cond in enumerate(args.conds):
             a = jax.block_until_ready(matrices.conditioned(n, "float64", "general", cond, seed=1))
             b = jax.random.normal(jax.random.key(2), (n, args.rhs), jnp.float64)
-            rows = placement.resolve(a)
             routes = [("jax native float64", native)]
             if not args.no_blocked and ci == 0:
-                routes.append(("blocked bf16x3 LU", jax.jit(lambda a, b: api._factor_and_solve(
-                    a, b, kind="general", triangle=None, rows=rows, route="blocked"))))
+                routes.append(("blocked bf16x3 LU", jax.jit(lambda a, b: solvers.general_solve(
+                    a, b, **(api.GENERAL_UP_TO_16384 if n <= 16384 else api.GENERAL)))))
             for name, s in variants(full=ci == 0, chosen=args.irs):
                 routes.append((name, jax.jit(lambda a, b, s=s: irs.refined(a, b, s))))
             for name, fn in routes:

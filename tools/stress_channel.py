@@ -657,6 +657,8 @@ def scenario_dtype(s: Settings, ranks: int = 2, odd: int = 1) -> Result:
         problems.append(f"not refused: {job.count('^call')} calls ran with mismatched dtypes "
                         f"({job.count('^WRONG')} wrong); do the FFI handlers pass a signature to "
                         "processes::Meet?")
+    if not finished:  # a refusal that leaves a rank waiting is a hang
+        problems.append(f"the job had not ended {s.timeout_s + s.slack_s + 60:.0f} s after the start")
     for r in range(ranks):
         text = job.text(r)
         if f"participant {odd} (process {odd}) brought another call" not in text:

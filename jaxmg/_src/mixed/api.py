@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
-from jaxmg._src.mixed import irs, refine as rf, solvers
+from jaxmg._src.mixed import refine as rf, solvers
 
 PRECISIONS = ("highest", "mixed")
 
@@ -56,14 +56,6 @@ REFINEMENT = rf.options()
 # ms against JAX's 40.8 and the blocked LU's 35.6. Rows sharded: the blocked LU.
 GRAM = dict(SPD, update="bf16x3", variant="gram")
 GRAM_FROM = 8192
-# cuSOLVER's iterative-refinement LU (irs.py: FP16 LU, classic refinement with
-# GMRES corrections) for one right-hand side on one GPU from IRS_FROM: the
-# route before GRAM, which supersedes it (406 ms at N=32768, cond 10; 1173
-# from cond 1e4). Kept for its measurements (tools/irs_probe.py): with
-# IRS_FROM >= GRAM_FROM it never runs.
-IRS = irs.Settings()
-IRS_FROM = 32768
-
 RefinementInfo = solvers.Refinement
 
 
@@ -284,23 +276,14 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     b, b2 = _rhs(b, a, n, rows)
     if n == 0:
         return _result(b, *_empty(b2), kind, on_failure)
-    route = "irs" if kind == "general" and not rows.sharded and IRS_FROM <= a.shape[0] < GRAM_FROM \
-        and b2.shape[1] == 1 and irs.available() else "blocked"
-    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows, route=route,
-                                  settings=IRS)
+    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows)
     return _result(b, x[:n], record, kind, on_failure)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "route", "settings"))
-def _factor_and_solve(a, b, *, kind, triangle, rows, route="blocked", settings=IRS):
-    """route "blocked": jaxmg's blocked factorisation, refined (solvers.py);
-    "irs": cuSOLVER's iterative-refinement LU where the program runs on a
-    GPU (the blocked one where cuSOLVER stops short of its accuracy:
-    irs.checked), the blocked one elsewhere."""
-    def blocked(a, b, transpose=False):
-        return _solve(_factored(kind, a, triangle, rows), b, trans=1 if transpose else 0)
-
-    return irs.solve(a, b, settings, blocked) if route == "irs" else blocked(a, b)
+@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "trans"))
+def _factor_and_solve(a, b, *, kind, triangle, rows, trans: int = 0):
+    """op(A) x = b (trans as for _solve), factored and refined in one program."""
+    return _solve(_factored(kind, a, triangle, rows), b, trans=trans)
 
 
 _CALLS = {"spd": ("cho_solve", "cho_factor"), "general": ("lu_solve", "lu_factor")}
