@@ -20,6 +20,17 @@ def rng(request):
     return np.random.default_rng(zlib.crc32(request.node.name.encode()))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _compiled_programs_freed_after_each_file():
+    """Each compiled CPU program keeps memory mappings until JAX's caches let
+    it go; the mixed-precision files together compile enough programs to pass
+    Linux's default limit of 65530 mappings (vm.max_map_count), and XLA then
+    crashes in the compiler. Freed file by file, a run of the whole folder
+    stays under it."""
+    yield
+    jax.clear_caches()
+
+
 def pytest_report_header(config):
     """Which jaxmg runs: the checkout's, Bazel's runfiles or an installed wheel."""
     import jaxmg
