@@ -416,8 +416,8 @@ def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
 
 
 # --------------------------------------------------------------------------
-# General matrices through the Cholesky factor of A^H A (from GRAM_FROM on
-# one device; lowered here to this file's order)
+# General matrices through the Cholesky factor of A^H A (from GRAM_FROM;
+# lowered here to this file's order)
 # --------------------------------------------------------------------------
 
 @pytest.fixture
@@ -491,22 +491,28 @@ def test_gram_route_of_a_singular_matrix_fails_like_float64(rng, gram_route):
         jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed", on_failure="raise"), np.ones(N))
 
 
-def test_rows_sharded_general_matrices_keep_the_blocked_lu(rng, gram_route):
-    from jaxmg._src.mixed import lu as lum
+@pytest.mark.parametrize("n", [N, N - 1])  # N - 1: padded to a multiple of the devices
+def test_rows_sharded_general_matrices_take_the_gram_route_too(rng, gram_route, n):
+    from jaxmg._src.mixed import normal
 
     mesh = helpers.mesh(2)
+    a, b = uniform_general(rng, np.float64, 10.0, n), helpers.random_matrix(rng, n, np.float64, 2)
+    f = jaxmg.lu_factor(a, precision="mixed", mesh=mesh, spec=P("x", None))
+    assert isinstance(f.factor, normal.GramFactor) and int(f.info) == 0
+    for trans, op in ((0, a), (1, a.T)):
+        close(jaxmg.lu_solve(f, b, trans=trans), op, b)
+    x, info = jaxmg.solve(a, b, precision="mixed", mesh=mesh, spec=P("x", None), return_info=True)
+    close(x, a, b)
+    assert not np.asarray(info.fallback).any()
+
+
+def test_below_gram_from_rows_sharded_general_matrices_take_the_blocked_lu(rng):
+    from jaxmg._src.mixed import lu as lum
+
     a, b = uniform_general(rng, np.float64, 10.0), helpers.random_matrix(rng, N, np.float64, 2)
-    f = jaxmg.lu_factor(helpers.rows(a, mesh), precision="mixed")
+    f = jaxmg.lu_factor(helpers.rows(a, helpers.mesh(2)), precision="mixed")
     assert isinstance(f.factor, lum.LUFactor)
     close(jaxmg.lu_solve(f, b), a, b)
-
-
-def test_the_gram_variant_refuses_sharded_rows_by_name(rng):
-    from jaxmg._src.mixed import solvers
-
-    a = helpers.rows(uniform_general(rng, np.float64, 10.0), helpers.mesh(2))
-    with pytest.raises(ValueError, match="variant='gram' factors on one device"):
-        solvers.general_solve(a, np.ones(N), variant="gram", update="fp16")
 
 
 def test_gram_defaults_reach_cond_100_over_many_panels(rng):

@@ -17,7 +17,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from scipy.linalg import lapack
 
 from helpers import devices, hermitian, mesh, random_matrix, run_python, spd
-from jaxmg._src.mixed import blocks, cholesky, lu, placement, precision, refine, solvers
+from jaxmg._src.mixed import blocks, cholesky, lu, normal, placement, precision, refine, solvers
 
 CONDITIONS = (10.0, 1e4, 1e6)
 DTYPES = (np.float64, np.complex128)
@@ -607,6 +607,46 @@ def test_sharded_adjoint_solves_are_fp64_accurate(rng, max_iterations):
     check_fp64_accurate(a.conj().T, b, x, record, fp64_general(a.conj().T, b))
 
 
+@pytest.mark.parametrize("axis_type,dtype", [(AxisType.Explicit, np.float64),
+                                              (AxisType.Explicit, np.complex128),
+                                              (AxisType.Auto, np.float64)])
+def test_sharded_gram_route_refines_as_on_one_device(rng, axis_type, dtype):
+    """A^H A's Cholesky on row-sharded A (A^H's columns sharded, G's and the
+    factor's block columns row-sharded): the solves of A and A^H take the
+    iterations they take on one device, to float64 accuracy."""
+    a = general(rng, N, dtype, 10.0)
+    b = random_matrix(rng, N, dtype, K)
+    a_rows, m = sharded(a, axis_type)
+    rows = placement.resolve(a_rows, m, "x")
+    cfg = blocks.config(a.dtype, block_size=NB, update="bf16x3", panel="float32", variant="gram",
+                        panel_solve="inverse", variants=solvers.GENERAL_VARIANTS)
+    f, info, norms = solvers.factorise("general", a_rows, cfg, rows)
+    assert int(info) == 0 and isinstance(f, normal.GramFactor)
+    assert f.adjoint.sharding.spec == P(None, "x")
+    assert all(p.sharding.spec == P("x", None) for p in f.cholesky.below)
+    one = solvers.factorise("general", jnp.asarray(a), cfg, placement.Rows())
+    for adjoint, op in ((False, a), (True, a.conj().T)):
+        x, record = solvers.solve_factored("general", a_rows, f, info, norms, jnp.asarray(b), cfg,
+                                           refine.options(), True, rows, adjoint=adjoint)
+        _, alone = solvers.solve_factored("general", jnp.asarray(a), *one, jnp.asarray(b), cfg,
+                                          refine.options(), True, placement.Rows(), adjoint=adjoint)
+        assert not np.asarray(record.fallback).any()
+        assert np.abs(np.asarray(record.iterations) - np.asarray(alone.iterations)).max() <= 1
+        check_fp64_accurate(op, b, x, record, fp64_general(op, b))
+
+
+def test_sharded_gram_route_beyond_its_reach_falls_back_sharded(rng):
+    """cond 1e6: G's Cholesky fails on the sharded rows as on one device,
+    and the sharded float64 LU answers."""
+    a = general(rng, N, np.float64, 1e6)
+    b = rng.standard_normal((N, 1))
+    a_rows, _ = sharded(a, AxisType.Explicit)
+    x, record = solvers.general_solve(a_rows, jnp.asarray(b), block_size=NB, update="bf16x3",
+                                      variant="gram", panel_solve="inverse")
+    assert int(record.factor_info) > 0 and np.asarray(record.fallback).all()
+    check_fp64_accurate(a, b, x, record, fp64_general(a, b))
+
+
 def collective_sizes(hlo: str) -> list[int]:
     """Element counts of every collective's result in compiled HLO text."""
     sizes = []
@@ -639,6 +679,16 @@ def test_sharded_programs_never_gather_the_matrix(rng):
     norms = (jnp.ones(()), jnp.ones(()))
     programs["general adjoint solve"] = solvers._solve_factored.lower(
         a_rows, f, info, norms, b, kind="general", cfg=cfg, opts=refine.options(max_iterations=0),
+        fallback=True, rows=rows, adjoint=True
+    )
+    gram = blocks.config(a_rows.dtype, block_size=NB, update="bf16x3", panel="float32", variant="gram",
+                         panel_solve="inverse", variants=solvers.GENERAL_VARIANTS)
+    programs["gram"] = normal.factor.lower(a_rows, cfg=gram, rows=rows)
+    programs["gram solve"] = solvers._solve.lower(a_rows, b, kind="general", cfg=gram,
+                                                  opts=refine.options(), fallback=True, rows=rows)
+    g, g_info = normal.factor(a_rows, cfg=gram, rows=rows)
+    programs["gram adjoint solve"] = solvers._solve_factored.lower(
+        a_rows, g, g_info, norms, b, kind="general", cfg=gram, opts=refine.options(max_iterations=0),
         fallback=True, rows=rows, adjoint=True
     )
     for name, lowered in programs.items():

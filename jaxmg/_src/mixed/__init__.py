@@ -8,7 +8,8 @@ to float64 accuracy against the original matrix, with a float64 fallback.
   panels; panels by JAX's own Cholesky/LU and triangular solves at the panel
   precision) and their block triangular sweeps.
 - normal.py: the general solve's factor without pivots, the Cholesky of
-  A^H A formed by FP16 products (one device, well-conditioned A).
+  A^H A formed by FP16 products (well-conditioned A; one device or rows
+  sharded).
 - refine.py: classic refinement and GMRES-IR, the stopping test.
 - solvers.py: factor + refine + fallback: spd_solve, general_solve.
 - placement.py: one device, or rows sharded over a mesh axis.

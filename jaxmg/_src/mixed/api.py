@@ -44,7 +44,7 @@ GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
 RETRY_UPDATE = "bf16x3"
 REFINEMENT = rf.options()
-# General matrices on one device from N = GRAM_FROM: no LU, but the Cholesky
+# General matrices from N = GRAM_FROM: no LU, but the Cholesky
 # of G = A^H A (normal.py: G by FP16 products, factored with BF16x3 updates)
 # preconditions the refinement. On one H200, U S V^T matrices, one run
 # (tools/normal_probe.py, docs/benchmarks.md), N=32768 against JAX's 709 ms:
@@ -53,9 +53,13 @@ REFINEMENT = rf.options()
 # cond 10 but stalled at cond 100 and fell back (990 ms), so BF16x3 (its
 # errors, not G's FP16 products, bound the reach: G by BF16x3 products cost
 # 144 ms more at cond 10 in an earlier run). At N=8192 with FP16 updates, 10.1
-# ms against JAX's 40.8 and the blocked LU's 35.6. Rows sharded: the blocked LU.
+# ms against JAX's 40.8 and the blocked LU's 35.6. Rows sharded over several
+# GPUs (not measured: no such machine lent since): the same route, whose parts
+# are the SPD path's sharded Cholesky and products reduced over the devices,
+# where the blocked LU would search each column's pivot across them.
 GRAM = dict(SPD, update="bf16x3", variant="gram")
 GRAM_FROM = 8192
+
 RefinementInfo = solvers.Refinement
 
 
@@ -262,7 +266,7 @@ def _mesh_of(x):
 def _config(kind, a, rows: placement.Rows):
     if kind == "spd":
         return blk.config(a.dtype, variants=chol.VARIANTS, **SPD)
-    if not rows.sharded and a.shape[0] >= GRAM_FROM:
+    if a.shape[0] >= GRAM_FROM:
         return blk.config(a.dtype, variants=normal.VARIANTS, **GRAM)
     options = GENERAL_UP_TO_16384 if a.shape[0] <= 16384 else GENERAL
     return blk.config(a.dtype, variants=lum.VARIANTS, bounded=False, **options)

@@ -96,13 +96,18 @@ def cholesky(
 
 @functools.partial(jax.jit, static_argnames=("cfg", "rows", "upper"))
 def _cholesky(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = False):
-    n = a.shape[0]
-    parts = blk.partition(n, cfg.block_size)
-    row = P(rows.axis, None)
-    whole = tuple(P() for _ in parts)
-    out_specs = (CholeskyFactor(whole, whole, tuple(row for _ in parts), P(), rows), P())
+    out_specs = (factor_specs(a.shape[0], cfg.block_size, rows), P())
     body = functools.partial(_factor, cfg=cfg, rows=rows, upper=upper)
     return placement.call(rows, body, out_specs, a, scale)
+
+
+def factor_specs(n: int, block_size: int, rows: placement.Rows) -> CholeskyFactor:
+    """Where a factored CholeskyFactor's parts live (placement.call's
+    out_specs): the diagonal blocks and their inverses on every device,
+    the block columns below them row-sharded."""
+    parts = blk.partition(n, block_size)
+    whole = tuple(P() for _ in parts)
+    return CholeskyFactor(whole, whole, tuple(P(rows.axis, None) for _ in parts), P(), rows)
 
 
 def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = False):

@@ -39,6 +39,10 @@ class Rows:
         """x with its first dimension sharded (a no-op on one device)."""
         return self._constrain(x, P(self.axis, *([None] * (x.ndim - 1))))
 
+    def columns(self, x):
+        """x (a matrix) with its columns sharded (a no-op on one device)."""
+        return self._constrain(x, P(None, self.axis))
+
     def whole(self, x):
         """x replicated on every device (a no-op on one device)."""
         return self._constrain(x, P())

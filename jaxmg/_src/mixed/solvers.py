@@ -98,8 +98,7 @@ def general_solve(
 ):
     """Solves a x = b (a: N x N, float64 or complex128) at float64 accuracy
     from a low-precision LU with partial pivoting, or with variant="gram"
-    (one device) from the Cholesky factor of A^H A (normal.py). b: (N,) or
-    (N, K).
+    from the Cholesky factor of A^H A (normal.py). b: (N,) or (N, K).
 
     Returns (x, Refinement). Columns that do not converge are solved by
     float64 LU (x is NaN and info > 0 where U has an exactly zero pivot);
@@ -125,7 +124,6 @@ def _front(kind: str, a, b, args):
     if not isinstance(args["fallback"], bool):
         raise TypeError(f"fallback must be True or False, got {args['fallback']!r}")
     rows = placement.resolve(a, args["mesh"], args["axis"])
-    check_variant(cfg, rows)
     b2 = b.reshape(n, -1).astype(a.dtype)
     x, record = _solve(a, b2, kind=kind, cfg=cfg, opts=opts, fallback=args["fallback"], rows=rows)
     if b.ndim == 1:
@@ -135,13 +133,6 @@ def _front(kind: str, a, b, args):
 
 
 GENERAL_VARIANTS = lum.VARIANTS + normal.VARIANTS
-
-
-def check_variant(cfg: blk.Config, rows: placement.Rows):
-    if cfg.variant in normal.VARIANTS and rows.sharded:
-        raise ValueError(
-            f"variant={cfg.variant!r} factors on one device, and a's rows are sharded over "
-            f"{rows.axis!r}: use variant='right', or gather a first")
 
 
 @functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
@@ -165,7 +156,7 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
     upper = triangle == "upper"
     norms = _norms(a) if triangle is None else _triangle_norms(a, upper)
     if cfg.variant in normal.VARIANTS:  # no retry: G's Cholesky fails where A is beyond its reach
-        return (*normal.factor(a, cfg=cfg), norms)
+        return (*normal.factor(a, cfg=cfg, rows=rows), norms)
     factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
     scale = _scale(kind, a, norms[0], rows.sharded)
     f, info = factor(a, scale, cfg=cfg, rows=rows)
@@ -230,7 +221,7 @@ def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallba
 def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
     norms = rf.norms(a)
     if cfg.variant in normal.VARIANTS:
-        factor, factor_info = normal.factor(a, cfg=cfg)
+        factor, factor_info = normal.factor_body(a, cfg=cfg, rows=rows)
     else:
         factor_body = chol._factor if kind == "spd" else lum._factor
         scale = _scale(kind, a, norms[0], rows.sharded)
