@@ -32,8 +32,9 @@ def route(a, b, settings=irs.Settings()):
 @functools.partial(jax.jit, static_argnums=2)
 def _route(a, b, settings):
     def jaxmgs(a, b, transpose):
-        return api._factor_and_solve(a, b, kind="general", triangle=None, rows=placement.Rows(),
-                                     trans=int(transpose))
+        rows = placement.Rows()
+        return api._factor_and_solve(a, b, kind="general", triangle=None, rows=rows,
+                                     cfg=api._config("general", a, rows), trans=int(transpose))
 
     return irs.solve(a, b, settings, jaxmgs)
 

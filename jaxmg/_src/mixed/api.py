@@ -204,13 +204,14 @@ def _padded(a, extra: int, triangle: str | None = None):
 
 
 def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "nan",
-              order: int | None = None):
+              order: int | None = None, cfg: blk.Config | None = None):
+    """The MixedFactor of a; cfg: the factorisation's, _config's by default."""
     stored = None
     if kind == "spd" and rows.sharded:
         a = _read(a, triangle != "lower", rows)
     elif kind == "spd":  # used where it lies: no mirrored copy of A (hermitian.py)
         stored = "lower" if triangle == "lower" else "upper"
-    cfg = _config(kind, a, rows)
+    cfg = _config(kind, a, rows) if cfg is None else cfg
     f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=RETRY_UPDATE, triangle=stored)
     return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure, stored, order)
 
@@ -280,14 +281,17 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     b, b2 = _rhs(b, a, n, rows)
     if n == 0:
         return _result(b, *_empty(b2), kind, on_failure)
-    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows)
+    x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows,
+                                  cfg=_config(kind, a, rows))
     return _result(b, x[:n], record, kind, on_failure)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "trans"))
-def _factor_and_solve(a, b, *, kind, triangle, rows, trans: int = 0):
-    """op(A) x = b (trans as for _solve), factored and refined in one program."""
-    return _solve(_factored(kind, a, triangle, rows), b, trans=trans)
+@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "cfg", "trans"))
+def _factor_and_solve(a, b, *, kind, triangle, rows, cfg: blk.Config, trans: int = 0):
+    """op(A) x = b (trans as for _solve), factored with cfg (a static
+    argument: a program compiled for one configuration is never reused for
+    another) and refined, in one program."""
+    return _solve(_factored(kind, a, triangle, rows, cfg=cfg), b, trans=trans)
 
 
 _CALLS = {"spd": ("cho_solve", "cho_factor"), "general": ("lu_solve", "lu_factor")}
