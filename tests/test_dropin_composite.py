@@ -83,7 +83,10 @@ CALLS = {
                         lambda d: [_matrix(d)], False),
     "matrix_norm_fro": (lambda ns, a: ns.matrix_norm(a), lambda d: [_matrix(d)], False),
     "matrix_power_5": (lambda ns, a: ns.matrix_power(a, 5), lambda d: [_square(d) / 4], True),
-    "matrix_power_-3": (lambda ns, a: ns.matrix_power(a, -3), lambda d: [_square(d)], True),
+    # A^-3 magnifies rounding by about cond(A)^3: a shift keeps float32's within the tolerance
+    # (at cond ~26 jaxmg's and JAX's complex64 answers on an H200 differed by 1.1x of it)
+    "matrix_power_-3": (lambda ns, a: ns.matrix_power(a, -3),
+                        lambda d: [_square(d) + 4 * np.eye(M, dtype=d)], True),
     "tensorinv": (lambda ns, a: ns.tensorinv(a), lambda d: [_tensor(d)], True),
     "tensorinv_ind1": (lambda ns, a: ns.tensorinv(a, 1),
                        lambda d: [_matrix(d, 16, 16).reshape(16, 4, 4) + 4 * np.eye(16, dtype=d)
