@@ -93,7 +93,7 @@ def main():
             routes = [("jax native float64", native)]
             if not args.no_blocked and ci == 0:
                 routes.append(("blocked bf16x3 LU", jax.jit(lambda a, b: solvers.general_solve(
-                    a, b, **(api.GENERAL_UP_TO_16384 if n <= 16384 else api.GENERAL)))))
+                    a, b, **api.blocked_lu(n)))))
             for name, s in variants(full=ci == 0, chosen=args.irs):
                 routes.append((name, jax.jit(lambda a, b, s=s: irs.refined(a, b, s))))
             for name, fn in routes:

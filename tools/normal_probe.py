@@ -56,8 +56,7 @@ def gram(a, b, **options):
 
 
 def blocked(a, b):
-    return solvers.general_solve(a, b, **(api.GENERAL_UP_TO_16384 if a.shape[0] <= 16384
-                                          else api.GENERAL))
+    return solvers.general_solve(a, b, **api.blocked_lu(a.shape[0]))
 
 
 @jax.jit

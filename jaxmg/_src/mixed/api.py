@@ -269,8 +269,12 @@ def _config(kind, a, rows: placement.Rows):
         return blk.config(a.dtype, variants=chol.VARIANTS, **SPD)
     if a.shape[0] >= GRAM_FROM:
         return blk.config(a.dtype, variants=normal.VARIANTS, **GRAM)
-    options = GENERAL_UP_TO_16384 if a.shape[0] <= 16384 else GENERAL
-    return blk.config(a.dtype, variants=lum.VARIANTS, bounded=False, **options)
+    return blk.config(a.dtype, variants=lum.VARIANTS, bounded=False, **blocked_lu(a.shape[0]))
+
+
+def blocked_lu(n: int) -> dict:
+    """The blocked LU's options at order n (below GRAM_FROM, and in the probes)."""
+    return GENERAL_UP_TO_16384 if n <= 16384 else GENERAL
 
 
 def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
