@@ -31,8 +31,8 @@ def _mesh(kind):
     if "x" in kind:
         shape = tuple(map(int, kind.split("x")))
         names = ("r", "c", "d")[: len(shape)]
-        return jax.make_mesh(shape, names, devices=jax.devices()[: int(np.prod(shape))])
-    return jax.make_mesh((int(kind),), ("x",), devices=jax.devices()[: int(kind)])
+        return jax.make_mesh(shape, names, devices=helpers.devices(int(np.prod(shape))))
+    return jax.make_mesh((int(kind),), ("x",), devices=helpers.devices(int(kind)))
 
 
 def _put(x, mesh):
