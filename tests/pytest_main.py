@@ -13,7 +13,12 @@ def main() -> int:
             devices = int(arg.split("=", 1)[1])
             args.remove(arg)
     flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_force_host_platform_device_count={devices}".strip()
+    flags += f" --xla_force_host_platform_device_count={devices}"
+    # The tests compile thousands of programs on matrices of a few dozen rows:
+    # LLVM's optimisations cost a third of the suite's time and buy nothing.
+    if "--xla_backend_optimization_level" not in flags:
+        flags += " --xla_backend_optimization_level=0"
+    os.environ["XLA_FLAGS"] = flags.strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
     import pytest
 
