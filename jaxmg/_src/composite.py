@@ -18,7 +18,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import arguments, batching, linalg, polar, sharding, triangular
+from jaxmg._src import arguments, batching, failures, linalg, polar, sharding, triangular
 from jaxmg._src.placement import axis_names, explicit_spec, resolve_placement
 from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
 
@@ -371,7 +371,7 @@ def _squared(r, squarings, *, max_squarings: int):
         return lax.cond(i < squarings, lambda r: _mm(r, r), lambda r: r, r)
 
     r = lax.fori_loop(0, max_squarings, square, r)
-    return jnp.where(squarings > max_squarings, jnp.asarray(jnp.nan, r.dtype), r)
+    return failures.nan_where(squarings > max_squarings, r)
 
 
 def _pade(a, m: int):

@@ -27,8 +27,16 @@ def with_finite_check(a, info, n: int, upper: bool = False):
     return jnp.where((info == 0) & ~jnp.all(jnp.isfinite(read)), jnp.int32(n + 1), info)
 
 
+def nan_where(failed, x):
+    """x, NaN where `failed` holds (broadcast against x as by jnp.where)."""
+    # A factor, not a select against a NaN constant: vmap over arrays on
+    # explicit mesh axes (jax 0.12) refuses a select whose constant case has
+    # no mesh.
+    return x * jnp.where(failed, jnp.nan, 1).astype(x.dtype)
+
+
 def nan_where_failed(x, info):
-    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
+    return nan_where(info != 0, x)
 
 
 def check_on_failure(on_failure):

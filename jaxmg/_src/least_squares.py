@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, sharding
+from jaxmg._src import arguments, batching, dispatch, failures, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import mp, native
 from jaxmg._src.placement import resolve_placement
@@ -97,7 +97,7 @@ def _lstsq(a, b, rcond, *, placement, engine, numpy_resid):
                                              rcond=rcond, numpy_resid=numpy_resid)
         return x, resid, rank, s, jnp.int32(0)
     x, s, rank, info = _mp_lstsq(a, b, rcond, placement)
-    x = jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
+    x = failures.nan_where_failed(x, info)
     if numpy_resid and not m > n:
         resid = jnp.asarray([], dtype=s.dtype)
     else:

@@ -269,7 +269,7 @@ def _inverse_without_gathers(a):
     x = jax.lax.linalg.triangular_solve(lu_, y, left_side=True, lower=False)
     diagonal = jnp.diagonal(lu_)
     singular = jnp.any((diagonal == 0) | jnp.isnan(diagonal))
-    return jnp.where(singular, jnp.nan, x), singular.astype(jnp.int32)
+    return failures.nan_where(singular, x), singular.astype(jnp.int32)
 
 
 def _solve_with_matrices(lu_, piv, b, placement, trans: int):

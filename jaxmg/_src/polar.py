@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, eigh, peer_calls, sharding
+from jaxmg._src import arguments, batching, dispatch, eigh, failures, peer_calls, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import base, mp, native
 from jaxmg._src.placement import resolve_placement
@@ -182,9 +182,8 @@ def _polar(a, *, placement, engine, side):
         u, p, info = _mp_polar(x, placement)
         if side == "left":
             u = _ct(u)
-    nan = jnp.asarray(jnp.nan, a.dtype)
-    u = sharding.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
-    p = sharding.constrain_result(jnp.where(info == 0, p, nan), placement, rows)
+    u = sharding.constrain_result(failures.nan_where_failed(u, info), placement, rows)
+    p = sharding.constrain_result(failures.nan_where_failed(p, info), placement, rows)
     return u, p, info
 
 
@@ -391,11 +390,10 @@ def _svd(a, *, placement, engine, compute_uv, full):
         u, s, vh, info = _mp_svd(x, placement, compute_uv)
         if wide and compute_uv:
             u, vh = _ct(vh), _ct(u)
-    nan = jnp.asarray(jnp.nan, a.dtype)
-    s = sharding.constrain(jnp.where(info == 0, s, nan.real), placement, P())
+    s = sharding.constrain(failures.nan_where_failed(s, info), placement, P())
     if compute_uv:
-        u = sharding.constrain_result(jnp.where(info == 0, u, nan), placement, rows)
-        vh = sharding.constrain_result(jnp.where(info == 0, vh, nan), placement, rows)
+        u = sharding.constrain_result(failures.nan_where_failed(u, info), placement, rows)
+        vh = sharding.constrain_result(failures.nan_where_failed(vh, info), placement, rows)
     return u, s, vh, info
 
 

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import collective, config, cyclic, sharding
+from jaxmg._src import collective, config, cyclic, failures, sharding
 from jaxmg._src.engines import base
 from jaxmg._src.placement import Placement, platform_of, spans_processes
 
@@ -71,10 +71,6 @@ def _padded(a, layout, diagonal):
 
 def _b_spec(placement, b_sharded):
     return P(placement.axis, None) if b_sharded else P()
-
-
-def _failed_to_nan(x, info):
-    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
 
 
 # --------------------------------------------------------------------------
@@ -203,7 +199,7 @@ class Mg(base.Engine):
 
     def cho_solve(self, factor, info, b, layout, b_sharded):
         x, b_spec = _solve_blocks("cholsolve", (factor, b), layout, b_sharded)
-        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
+        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement, b_spec)
 
     def potrs(self, a, b, layout, b_sharded):
         placement, n = layout.placement, layout.n
@@ -227,7 +223,7 @@ class Mg(base.Engine):
         # The engine factors M = A^T = conj(A) as M = L L^H; L read row-major
         # is L^T = U with A = U^H U.
         u = sharding.unpad(_contiguous_rows(factor, layout), layout.placement, layout.n, (0, 1))
-        return _failed_to_nan(jnp.triu(u), info)
+        return failures.nan_where_failed(jnp.triu(u), info)
 
     def potri(self, a, layout):
         placement = layout.placement
@@ -276,7 +272,7 @@ class Mg(base.Engine):
         x, b_spec = _solve_blocks("lusolve", (lu, piv, rhs), layout, b_sharded,
                                   trans=int((trans == 0) == factored_a))
         x = jnp.conj(x) if conj else x
-        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement, b_spec)
+        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement, b_spec)
 
     def lu_matrices(self, lu, piv, layout):
         # The factor read row-major is (L U)^T with rows block-cyclic.
@@ -328,21 +324,21 @@ class Mg(base.Engine):
         placement = Placement(placement.mesh, placement.axis, manual=True)
         _, x, info = _potrs_body(a, b, placement=placement, tile=t, b_sharded=b_sharded)
         # NaN also where the leader found a not finite (info N + 1, set after the solve).
-        return _failed_to_nan(x, info[0]), info[0]
+        return failures.nan_where_failed(x, info[0]), info[0]
 
     def potri_blocks(self, a, placement, tile):
         t = block_tile(a.shape[0], tile)
         inv, info = _potri_body(a, placement=placement, tile=t)
         if platform_of(placement) == "cuda":
             inv = _mirror_upper_blocks(inv, placement.axis)
-        return _failed_to_nan(inv, info[0]), info[0]
+        return failures.nan_where_failed(inv, info[0]), info[0]
 
     def syevd_blocks(self, a, placement, tile, vectors):
         t = block_tile(a.shape[0], tile)
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.
-        w = _failed_to_nan(w, info[0])
-        return w, (_failed_to_nan(vh, info[0]) if vectors else None), info[0]
+        w = failures.nan_where_failed(w, info[0])
+        return w, (failures.nan_where_failed(vh, info[0]) if vectors else None), info[0]
 
 
 ENGINE = Mg()

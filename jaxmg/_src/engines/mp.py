@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import config, cyclic, library, processes, sharding
+from jaxmg._src import config, cyclic, failures, library, processes, sharding
 from jaxmg._src.engines import base
 from jaxmg._src.placement import Placement, axis_devices, platform_of
 
@@ -438,10 +438,6 @@ def _padded(a, layout, diagonal):
                               layout.row_spec)
 
 
-def _failed_to_nan(x, info):
-    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
-
-
 def _b_spec(placement, b_sharded):
     return P(placement.axis, None) if b_sharded else P()
 
@@ -458,7 +454,7 @@ class Mp(base.Engine):
     def cho_solve(self, factor, info, b, layout, b_sharded):
         b_pad = sharding.pad_rows(b, factor.shape[0])
         x = potrs(factor, b_pad, layout.placement, layout.tile)[: layout.n]
-        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement,
                                          _b_spec(layout.placement, b_sharded))
 
     def cholesky_logdet(self, factor, info, layout):
@@ -471,7 +467,7 @@ class Mp(base.Engine):
         # The ranks factor A^T = conj(A) = L L^H; read row-major L is U.
         u = cyclic.from_cyclic(factor, layout.placement, layout.tile)
         u = sharding.unpad(u, layout.placement, layout.n, (0, 1))
-        return _failed_to_nan(jnp.triu(u), info)
+        return failures.nan_where_failed(jnp.triu(u), info)
 
     def lu(self, a, layout):
         return getrf(_padded(a, layout, 1), layout.placement, layout.tile)
@@ -494,7 +490,7 @@ class Mp(base.Engine):
             )
         b_pad = sharding.pad_rows(b, lu.shape[0])
         x = getrs(lu, piv, b_pad, layout.placement, layout.tile)[: layout.n]
-        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement,
                                          _b_spec(layout.placement, b_sharded))
 
     def lu_slogdet(self, lu, piv, info, layout):
@@ -527,7 +523,7 @@ class Mp(base.Engine):
         whole_b = jax.lax.all_gather(b, placement.axes, tiled=True) if b_sharded else b
         t = dividing_block(n, placement, tile)
         factor, info = potrf(a, placement, t)
-        x = _failed_to_nan(potrs(factor, whole_b, placement, t), info)
+        x = failures.nan_where_failed(potrs(factor, whole_b, placement, t), info)
         if b_sharded:
             x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(placement.axes) * rows, rows, 0)
         return x, info

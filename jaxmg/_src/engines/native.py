@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import sharding
+from jaxmg._src import failures, sharding
 from jaxmg._src.engines import base
 from jaxmg._src.placement import BATCH_ELEMENT
 
@@ -28,10 +28,6 @@ def _b_spec(layout, b_sharded):
     return P(layout.placement.axis, None) if b_sharded else P()
 
 
-def _failed_to_nan(x, info):
-    return jnp.where(info == 0, x, jnp.asarray(jnp.nan, x.dtype))
-
-
 class Native(base.Engine):
     name = "jax"
 
@@ -41,7 +37,7 @@ class Native(base.Engine):
 
     def cho_solve(self, factor, info, b, layout, b_sharded):
         x = jsl.cho_solve((factor, False), _whole(b, layout.placement))
-        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement,
                                          _b_spec(layout, b_sharded))
 
     def cholesky_logdet(self, factor, info, layout):
@@ -74,7 +70,7 @@ class Native(base.Engine):
 
     def lu_solve(self, lu, piv, info, b, layout, b_sharded, trans):
         x = jsl.lu_solve((lu, piv), _whole(b, layout.placement), trans=trans)
-        return sharding.constrain_result(_failed_to_nan(x, info), layout.placement,
+        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement,
                                          _b_spec(layout, b_sharded))
 
     def lu_matrices(self, lu, piv, layout):

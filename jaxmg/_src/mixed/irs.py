@@ -40,7 +40,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import custom_batching, lax
 
-from jaxmg._src import library
+from jaxmg._src import failures, library
 from jaxmg._src.mixed import blocks as blk, placement, refine as rf
 from jaxmg._src.mixed.solvers import Refinement
 
@@ -159,7 +159,7 @@ def _refined(a, b, settings: Settings, transpose: bool, norms):
     x_t, info, count = _gesv((a if transpose else a.T) * scale, b.T, settings, refiner)
     x = x_t.T * scale  # (s M) y = b: x = s y
     info = jnp.where((info == 0) & ~jnp.all(jnp.isfinite(x)), n + 1, info).astype(jnp.int32)
-    x = jnp.where(info == 0, x, jnp.nan)
+    x = failures.nan_where_failed(x, info)
     one = placement.Rows()
     product = one.transposed_product(a, x) if transpose else one.row_product(a, x)
     berr = rf.backward_error(b - product, x, b, anorm)

@@ -44,6 +44,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from jaxmg._src import failures
+
 METHODS = ("ir", "gmres", "auto")
 _FLOOR_GAIN = 0.9  # a step keeping berr above 0.9x the last is at the floor
 _FAST_GAIN = 0.5  # classic refinement going slower than this hands over to GMRES
@@ -220,7 +222,7 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     else:
         ran = zero
     converged = start_ok & (s.settled | (s.berr <= floor))
-    return jnp.where(finite, s.x, jnp.nan), s.iterations, ran, converged, s.berr
+    return failures.nan_where(~finite, s.x), s.iterations, ran, converged, s.berr
 
 
 def _out_of_reach(berr, gain, used, tol, left):

@@ -16,6 +16,7 @@ import jax.scipy.linalg as jsl
 from jax import custom_batching, lax
 from jax.sharding import PartitionSpec as P
 
+from jaxmg._src import failures
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import refine as rf
 
@@ -315,4 +316,4 @@ def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config,
 def _fallback_solve(matvec, b, anorm, floor, solve, info):
     precondition = lambda r: solve(r).astype(r.dtype)  # noqa: E731
     x, *_ = rf.refine(matvec, precondition, b, anorm, floor, _FALLBACK_REFINEMENT, start_ok=info == 0)
-    return jnp.where(info == 0, x, jnp.nan), info
+    return failures.nan_where_failed(x, info), info
