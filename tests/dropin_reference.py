@@ -302,8 +302,12 @@ def eigh(
     (UPLO, when given, names the triangle; else lower does); jax.scipy's
     other keywords checked by jax.scipy.linalg.eigh itself."""
     _options(mesh, spec, backend, tile_size, on_failure)
-    if b is not None or eigvals is not None or type != 1:
-        jsl.eigh(gathered(a), b, eigvals=eigvals, type=type)  # raises JAX's NotImplementedError
+    if b is not None:  # JAX's generalized eigh (jax 0.12; before, its NotImplementedError)
+        rows, result = _rows_of(a), jsl.eigh(gathered(a), gathered(b), lower=lower,
+                                             eigvals_only=eigvals_only, eigvals=eigvals, type=type)
+        return result if eigvals_only else EighResult(result[0], _laid_out(result[1], rows, -1))
+    if eigvals is not None or type != 1:
+        jsl.eigh(gathered(a), eigvals=eigvals, type=type)  # raises JAX's error
     rows, a = _rows_of(a), gathered(a)
     _square(a)
     _uplo(UPLO, "UPLO", (None, "L", "U"))

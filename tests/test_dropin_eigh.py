@@ -4,13 +4,15 @@ picks the triangle read when symmetrize_input=False; symmetrize_input=True
 likewise; jax.scipy.linalg.eigh's lower= and eigvals_only= too. Against JAX
 in every mode on every mesh (eigenvalues, and |V|^2, which no eigenvector
 phase changes); A V = V diag(w) and V^H V = I where JAX's eigh tests check
-them; errors naming the argument."""
+them; the generalized problem (b, type 1 to 3) as jax.scipy.linalg.eigh
+solves it from jax 0.12; errors naming the argument."""
 
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
+import scipy.linalg
 
 import dropin
 from dropin import N, ROWS, api
@@ -180,16 +182,154 @@ def test_eigh_takes_jax_scipy_keywords(rng):
     np.testing.assert_array_equal(np.asarray(v2), np.asarray(v))
 
 
-@pytest.mark.parametrize("keyword", [{"b": "eye"}, {"type": 2}, {"eigvals": (0, 2)}],
-                         ids=["b", "type", "eigvals"])
-def test_eigh_generalized_or_subset_raises_as_jax(rng, keyword):
-    """The generalized problem (b, type) and eigvals subsets: JAX's
-    NotImplementedError, naming the argument."""
+def test_eigh_subset_raises_as_jax(rng):
+    """eigvals (a subset): JAX's NotImplementedError, naming the argument."""
     a = dropin.spaced(rng, N, np.float64)
-    keyword = {k: (np.eye(N) if v == "eye" else v) for k, v in keyword.items()}
     with pytest.raises(NotImplementedError):
-        jsl.eigh(a, **keyword)
-    with pytest.raises(NotImplementedError, match=rf"\b{next(iter(keyword))}\b"):
+        jsl.eigh(a, eigvals=(0, 2))
+    with pytest.raises(NotImplementedError, match=r"\beigvals\b"):
+        api.eigh(a, eigvals=(0, 2))
+
+
+# ---- the generalized problem (b, type) -------------------------------------------------------
+
+
+def _jax_solves_generalized() -> bool:
+    try:
+        jsl.eigh(np.eye(2), np.eye(2))
+    except NotImplementedError:  # jax < 0.12
+        return False
+    return True
+
+
+JAX_GENERALIZED = _jax_solves_generalized()
+TYPES = (1, 2, 3)
+
+
+def generalized_ref(a, b, kind):
+    """(w, v) of the generalized problem by JAX: its own eigh from jax 0.12;
+    before that, the reduction through b = L L^H spelled out in jnp."""
+    if JAX_GENERALIZED:
+        return jsl.eigh(a, b, type=kind)
+    h = lambda x: jnp.conj(jnp.swapaxes(x, -1, -2))  # noqa: E731
+    l_ = jnp.linalg.cholesky((b + h(b)) / 2)
+    a = (a + h(a)) / 2
+    if kind == 1:
+        half = jsl.solve_triangular(l_, a, lower=True)  # L^-1 a
+        c = jsl.solve_triangular(l_, h(half), lower=True)  # L^-1 a L^-H
+    else:
+        c = h(l_) @ a @ l_
+    w, y = jnp.linalg.eigh(c)
+    return w, (l_ @ y if kind == 3 else jsl.solve_triangular(l_, y, lower=True, trans="C"))
+
+
+def pencil(rng, dtype):
+    """a with spaced eigenvalues and b positive definite at condition 2: the
+    generalized eigenvalues keep gaps wide enough for derivatives."""
+    return dropin.spaced(rng, N, dtype), dropin.spd(rng, N, dtype, condition=2.0)
+
+
+def skip_without_jax_generalized():
+    if dropin.REFERENCE and not JAX_GENERALIZED:
+        pytest.skip("JAX before 0.12 has no generalized eigh to run these against")
+
+
+@pytest.mark.parametrize("case, kind", dropin.sweep(small=True, also=("type", TYPES)))
+def test_generalized_eigh(rng, case, kind):
+    """eigh(a, b=b, type=k) against JAX's generalized eigh in every mode, on
+    every mesh size: eigenvalues and |V|^2."""
+    skip_without_jax_generalized()
+    dropin.check_case(
+        case,
+        lambda a, b: invariants(api.eigh(a, b=b, type=kind)),
+        lambda a, b: invariants(generalized_ref(a, b, kind)),
+        pencil,
+        (ROWS, ROWS),
+        rng,
+    )
+
+
+@pytest.mark.parametrize("kind", TYPES)
+@pytest.mark.parametrize("dtype", [np.float32, np.complex128], ids=dropin.dtype_id)
+@pytest.mark.parametrize("kind_of_mesh", ["auto", "explicit"])
+def test_generalized_eigh_solves_the_problem(rng, kind, dtype, kind_of_mesh):
+    """The three problems as scipy.linalg.eigh states them, on 4 devices: a v
+    = w b v, a b v = w v, b a v = w v; v^H b v = I (types 1, 2), v^H b^-1 v
+    = I (type 3); eigvals_only gives the same w; the vectors come back by
+    columns as the standard problem's."""
+    skip_without_jax_generalized()
+    mesh = dropin.mesh(4, kind_of_mesh)
+    a, b = pencil(rng, dtype)
+    w, v = api.eigh(dropin.place(a, ROWS, mesh), b=dropin.place(b, ROWS, mesh), type=kind)
+    a64, b64 = dropin.promote(a), dropin.promote(b)
+    w64, v64 = np.asarray(w).astype(np.float64), np.asarray(v).astype(dropin.wide(dtype))
+    dropin.assert_close(w, scipy_eigvals(a64, b64, kind), dtype, what="eigenvalues")
+    lhs = {1: a64 @ v64, 2: a64 @ b64 @ v64, 3: b64 @ a64 @ v64}[kind]
+    rhs = (b64 @ v64 if kind == 1 else v64) * w64
+    scale = np.linalg.norm(a64) * np.linalg.norm(b64) * max(1.0, np.linalg.norm(v64))
+    assert np.linalg.norm(lhs - rhs) <= dropin.tol(dtype) * scale
+    metric = np.linalg.inv(b64) if kind == 3 else b64
+    assert np.linalg.norm(v64.conj().T @ metric @ v64 - np.eye(N)) <= dropin.tol(dtype) * 10
+    if not dropin.REFERENCE:
+        assert v.sharding.spec == jax.sharding.PartitionSpec(None, "x")
+    only = api.eigh(dropin.place(a, ROWS, mesh), b=dropin.place(b, ROWS, mesh), type=kind,
+                    eigvals_only=True)
+    dropin.assert_close(only, w, dtype, what="eigvals_only")
+
+
+def scipy_eigvals(a, b, kind):
+    return scipy.linalg.eigh(a, b, type=kind, eigvals_only=True)
+
+
+def test_generalized_eigh_broadcasts_batches(rng):
+    """A batch of a against one b, and vmap over pairs, as JAX's broadcasting
+    eigh (jnp.vectorize over (n,n),(n,n)) does."""
+    skip_without_jax_generalized()
+    dtype = np.float64
+    a = np.stack([pencil(rng, dtype)[0] for _ in range(2)])
+    b = pencil(rng, dtype)[1]
+    w = api.eigh(a, b=b, type=2, eigvals_only=True)
+    assert w.shape == (2, N)
+    for i in range(2):
+        dropin.assert_close(w[i], scipy_eigvals(a[i], b, 2), dtype, what=f"batch element {i}")
+    bs = np.stack([b, pencil(rng, dtype)[1]])
+    wv, vv = jax.vmap(lambda a, b: tuple(api.eigh(a, b=b)))(a, bs)
+    assert wv.shape == (2, N) and vv.shape == (2, N, N)
+    dropin.assert_close(wv[1], scipy_eigvals(a[1], bs[1], 1), dtype, what="vmap element 1")
+
+
+def test_generalized_eigh_of_a_b_not_positive_definite(rng):
+    """b not positive definite: NaN results, or LinAlgError with
+    on_failure="raise"."""
+    skip_without_jax_generalized()
+    a = dropin.spaced(rng, N, np.float64)
+    b = dropin.not_spd(rng, N, np.float64)
+    mesh = dropin.mesh(2)
+    w, v = api.eigh(dropin.place(a, ROWS, mesh), b=dropin.place(b, ROWS, mesh))
+    assert np.isnan(np.asarray(w)).all() and np.isnan(np.asarray(v)).all()
+    if not dropin.REFERENCE:
+        import jaxmg
+
+        with pytest.raises(jaxmg.LinAlgError):
+            api.eigh(a, b=b, on_failure="raise")
+
+
+@pytest.mark.parametrize("keyword, error, words", [
+    ({"type": 4}, ValueError, "type must be 1, 2, or 3"),
+    ({"type": 0, "b": "eye"}, ValueError, "type must be 1, 2, or 3"),
+    ({"b": "small"}, ValueError, r"\(3, 3\)"),
+    ({"b": "eye", "UPLO": "U"}, ValueError, "UPLO"),
+    ({"b": "eye", "symmetrize_input": False}, ValueError, "symmetrize_input"),
+], ids=["type", "type-with-b", "b-order", "UPLO", "symmetrize_input"])
+def test_generalized_eigh_refuses_bad_arguments(rng, keyword, error, words):
+    """A type JAX refuses (its message), a b of another order, and the
+    standard problem's triangle options beside b, by name."""
+    if dropin.REFERENCE:
+        pytest.skip("jaxmg's own refusals")
+    a = dropin.spaced(rng, N, np.float64)
+    b = {"eye": np.eye(N), "small": np.eye(3)}
+    keyword = {k: b.get(v, v) if isinstance(v, str) else v for k, v in keyword.items()}
+    with pytest.raises(error, match=words):
         api.eigh(a, **keyword)
 
 

@@ -1,6 +1,7 @@
 """Eigenvalues and eigenvectors of symmetric/Hermitian matrices: the
 LAPACK-named syevd and the jnp.linalg-style eigh and eigvalsh, with the
-standard eigenvector derivative."""
+standard eigenvector derivative; the generalized problem (eigh's b) through
+b's Cholesky factor."""
 
 from __future__ import annotations
 
@@ -12,7 +13,17 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, failures, peer_calls, plans, sharding
+from jaxmg._src import (
+    arguments,
+    batching,
+    cholesky,
+    dispatch,
+    failures,
+    peer_calls,
+    plans,
+    sharding,
+    triangular,
+)
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import check_square, eager_key, resolve_placement, spans_processes
@@ -97,13 +108,23 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
     (a + a^H) / 2 (as JAX does by default), so both triangles count.
     lower, eigvals_only: jax.scipy.linalg.eigh's names (eigvals_only: the
     eigenvalues alone). a may have leading batch dimensions.
-    b, eigvals, type: the standard problem only, as in jax.scipy.linalg.eigh:
-    anything but b=None, eigvals=None and type=1 raises NotImplementedError.
+    b, type: the generalized problem, as jax.scipy.linalg.eigh solves it
+    (jax 0.12): with b Hermitian positive definite, type 1 is a v = w b v,
+    2 is a b v = w v and 3 is b a v = w v; v^H b v = I (types 1 and 2) or
+    v^H b^-1 v = I (type 3). Through b = L L^H (:func:`jaxmg.cholesky`), the
+    standard problem of L^-1 a L^-H (type 1) or L^H a L, and the back
+    transform, all on a's devices; a and b are symmetrized, and a b that is
+    not positive definite gives NaN. b and a broadcast over batch dimensions.
+    eigvals (a subset) raises NotImplementedError, as in JAX.
     overwrite_a, overwrite_b, turbo, check_finite: accepted and ignored.
     """
     del overwrite_a, overwrite_b, turbo, check_finite
-    _check_standard_problem(b, eigvals, type)
+    _check_problem(b, eigvals, type, UPLO, symmetrize_input)
     lower = arguments.check_flag(lower, "lower")
+    if b is not None:
+        return _generalized(a, b, type, not arguments.check_flag(eigvals_only, "eigvals_only"),
+                            lower, dict(tile_size=tile_size, mesh=mesh, spec=spec,
+                                        backend=backend, on_failure=on_failure))
     if arguments.check_flag(eigvals_only, "eigvals_only"):
         return eigvalsh(a, UPLO if UPLO is not None else ("L" if lower else "U"),
                         symmetrize_input=symmetrize_input, tile_size=tile_size, mesh=mesh,
@@ -113,21 +134,63 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
                               on_failure))
 
 
-def _check_standard_problem(b, eigvals, type_):
-    if b is not None:
-        raise NotImplementedError(
-            "jaxmg: eigh solves the standard problem a v = w v only: b must be None (for the "
-            "generalized one with b positive definite, L = jaxmg.cholesky(b, lower=True) "
-            "turns it into the standard problem of L^-1 a L^-H)"
-        )
+def _check_problem(b, eigvals, type_, uplo, symmetrize_input):
     if eigvals is not None:
         raise NotImplementedError(
             "jaxmg: eigh has no eigvals (subset) argument: take w[lo:hi + 1] and v[:, lo:hi + 1] "
             "of the full result"
         )
-    if isinstance(type_, bool) or type_ != 1:
-        raise NotImplementedError(
-            f"jaxmg: eigh supports type=1 only (the standard problem), got type={type_!r}")
+    if isinstance(type_, bool) or type_ not in (1, 2, 3):
+        raise ValueError(f"jaxmg: eigh's type must be 1, 2, or 3, got type={type_!r}")
+    if b is not None and (uplo is not None
+                          or not arguments.check_flag(symmetrize_input, "symmetrize_input")):
+        raise ValueError(
+            "jaxmg: with b, eigh reads a and b whole, (x + x^H) / 2, as jax.scipy.linalg.eigh "
+            "does: UPLO and symmetrize_input=False apply to the standard problem only"
+        )
+
+
+def _generalized(a, b, kind: int, vectors: bool, lower: bool, options: dict):
+    """eigh's generalized problem of type `kind` (see :func:`eigh`)."""
+    a, b = arguments.promote((a, "a"), (b, "b"))
+    for x, name in ((a, "a"), (b, "b")):
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+            raise ValueError(f"jaxmg: eigh's {name} must be a square (..., N, N) matrix, got "
+                             f"shape {x.shape}")
+    if a.shape[-1] != b.shape[-1]:
+        raise ValueError(f"jaxmg: eigh's a and b must have the same order N, got shapes "
+                         f"{a.shape} and {b.shape}")
+    if a.ndim > 2 or b.ndim > 2:
+        fn = functools.partial(_generalized, kind=kind, vectors=vectors, lower=lower,
+                               options=options)
+        return batching.broadcast_map(fn, (a, b), (2, 2))
+    place = {k: options[k] for k in ("mesh", "spec")}
+    where = resolve_placement(a, **place)
+    where = where if where.mesh is not None else resolve_placement(b, **place)
+    where = where if where.mesh is not None else None
+    mm = functools.partial(sharding.matmul_highest, placement=where,
+                           spec=P(where.axis, None)) if where else sharding.matmul_highest
+
+    def adjoint(x):  # laid out by rows again, as the solves and products take it
+        xh = sharding.adjoint(x)
+        return xh if where is None else sharding.constrain_result(xh, where, P(where.axis, None))
+
+    tri = functools.partial(triangular.solve_triangular, lower=True, **place)
+    l_ = cholesky.cholesky(b, lower=True, symmetrize_input=True, tile_size=options["tile_size"],
+                           backend=options["backend"], **place)
+    a = (a + adjoint(a)) / 2
+    # Type 1: L^-1 a L^-H = L^-1 (L^-1 a)^H for Hermitian a; else L^H a L.
+    c = tri(l_, adjoint(tri(l_, a))) if kind == 1 else mm(mm(adjoint(l_), a), l_)
+    result = eigh(c, lower=lower, eigvals_only=not vectors, **options)
+    if not vectors:
+        return result
+    w, y = result
+    if where is not None:
+        y = sharding.constrain_result(y, where, P(where.axis, None))
+    v = mm(l_, y) if kind == 3 else tri(l_, y, trans=2)
+    if where is not None:  # by columns, as the standard problem's
+        v = sharding.constrain_result(v, where, P(None, where.axis))
+    return EighResult(w, v)
 
 
 @returns_ready_on_cpus
