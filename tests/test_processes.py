@@ -87,6 +87,9 @@ def test_every_routine_matches_numpy_across_three_processes(tmp_path):
             "slogdet": (jaxmg.slogdet(g).logabsdet, np.linalg.slogdet(G)[1]),
             "inv": (jaxmg.inv(a, assume_a="pos"), np.linalg.inv(A)),
             "eigvalsh": (jaxmg.eigvalsh(a), np.linalg.eigvalsh(A)),
+            # the generalized problem, a symmetric G against b = A
+            "eigh_b": (jaxmg.eigh(g, b=a, eigvals_only=True),
+                       np.sort(np.linalg.eigvals(np.linalg.solve(A, (G + G.T) / 2)).real)),
         }
         w, v = jaxmg.eigh(a)
         V, W = gather(v), gather(w)
@@ -99,7 +102,7 @@ def test_every_routine_matches_numpy_across_three_processes(tmp_path):
     assert code == 0, err[-4000:]
     for rank in range(3):
         for name in ("potrs", "solve_pos", "solve_gen", "cho_solve", "cho_logdet", "lu_solve_t",
-                     "slogdet", "inv", "eigvalsh", "eigh_residual"):
+                     "slogdet", "inv", "eigvalsh", "eigh_b", "eigh_residual"):
             assert f"[rank {rank}] {name} ok" in out, out[-4000:]
     # Each process keeps one connection to each leader it met, nothing more.
     assert "[rank 1] stats {'connections': 1, 'pending': 0" in out
