@@ -156,12 +156,43 @@ def test_hermitian_svd_under_jit_vmap_and_jvp(rng, dtype):
 
 
 def test_half_precision_raises_jaxs_error():
-    """A float16 matrix: the NotImplementedError JAX raises on the CPU
-    ("Unsupported dtype float16", JAX's testQrInvalidDtypeCPU), still a
-    TypeError as before."""
+    """A float16 matrix: the error JAX raises for it, message included: a
+    TypeError "qr does not accept dtype float16" (jax 0.11 on, JAX's
+    testQrInvalidDtypeCPU), a NotImplementedError "Unsupported dtype float16"
+    before; jaxmg's is both, naming the cast."""
     a = np.ones((5, 6), np.float16)
-    with pytest.raises(NotImplementedError, match="Unsupported dtype float16"):
+    with pytest.raises((TypeError, NotImplementedError),
+                       match="qr does not accept dtype float16|Unsupported dtype float16"):
         jax.block_until_ready(api.qr(a))
     if not dropin.REFERENCE:
-        with pytest.raises(TypeError, match=r"cast it first, e\.g\. a\.astype\(jnp\.float32\)"):
-            api.qr(a)
+        for error in (TypeError, NotImplementedError):
+            with pytest.raises(error, match=r"qr does not accept dtype float16 \(Unsupported "
+                                            r"dtype float16\).*cast it first, e\.g\. "
+                                            r"a\.astype\(jnp\.float32\)"):
+                api.qr(a)
+
+
+@pytest.mark.parametrize("name, primitive", [
+    ("cholesky", "cholesky"), ("eigh", "eigh"), ("eigvalsh", "eigh"), ("svd", "svd"),
+    ("solve", "lu"), ("inv", "lu"), ("slogdet", "lu"),
+])
+def test_half_precision_names_jaxs_primitive(name, primitive):
+    """jnp.linalg's routines refuse float16 as JAX's (from jax 0.11) do, by
+    the primitive: "cholesky does not accept dtype float16" (JAX's
+    testLinalgPrimitivesInvalidDtype); on jax 0.10 JAX's own differ."""
+    x = np.ones((3, 3), np.float16)
+    args = (x, x) if name == "solve" else (x,)
+    if dropin.REFERENCE and not _jax_names_primitives():
+        pytest.skip("jax before 0.11 words these refusals otherwise")
+    with pytest.raises(TypeError, match=f"{primitive} does not accept dtype float16"):
+        getattr(api, name)(*args)
+
+
+def _jax_names_primitives() -> bool:
+    try:
+        jnp.linalg.cholesky(np.ones((3, 3), np.float16))
+    except TypeError as e:
+        return "does not accept dtype" in str(e)
+    except Exception:  # noqa: BLE001 - any other refusal is the older wording
+        return False
+    return True

@@ -20,16 +20,19 @@ def check_rank2(a, name: str = "a") -> None:
 
 
 class UnsupportedDtypeError(TypeError, NotImplementedError):
-    """A half-precision input: a TypeError, and the NotImplementedError that
-    JAX's own solvers raise for it."""
+    """A half-precision input: the TypeError of JAX's solvers (jax 0.11 on),
+    and the NotImplementedError some raised before."""
 
 
-def check_dtype(a, name: str = "a") -> np.dtype:
+def check_dtype(a, name: str = "a", primitive: str = "the solver") -> np.dtype:
+    """a's dtype, if the solvers take it. primitive: the JAX primitive whose
+    refusal of half precision the message repeats ("cholesky does not accept
+    dtype float16"), so code matching JAX's message matches jaxmg's."""
     dtype = jnp.dtype(a.dtype)
     if dtype in (jnp.float16, jnp.bfloat16):
         raise UnsupportedDtypeError(
-            f"jaxmg: Unsupported dtype {dtype.name}: {name} has dtype {dtype.name}, which the "
-            "solvers do not support; "
+            f"jaxmg: {primitive} does not accept dtype {dtype.name} (Unsupported dtype "
+            f"{dtype.name}): {name} has dtype {dtype.name}, which the solvers do not support; "
             f"cast it first, e.g. {name}.astype(jnp.float32)"
         )
     if dtype not in config.SUPPORTED:

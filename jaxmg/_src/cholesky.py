@@ -135,7 +135,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
     if plan is not None:
         return plan(a, b)
     arguments.check_rank2(a, "a")
-    dtype = arguments.check_dtype(a, "a")
+    dtype = arguments.check_dtype(a, "a", "cholesky")
     placement = resolve_placement(a, mesh, spec, "a")
     n = check_square(a, placement, "a")
     b = arguments.as_array(b, "b")
@@ -392,7 +392,7 @@ def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_inf
     if plan is not None:
         return plan(a)
     arguments.check_rank2(a, "a")
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", "cholesky")
     placement = resolve_placement(a, mesh, spec, "a")
     n = check_square(a, placement, "a")
     engine = dispatch.choose("potri", n, placement, backend)

@@ -180,11 +180,15 @@ def _machines(placement: Placement) -> int:
     return processes.host_count(devices)
 
 
+# The JAX primitive each routine's refusals name, as JAX's own do.
+JAX_PRIMITIVE = {"potrs": "cholesky", "potri": "cholesky", "getrf": "lu", "syevd": "eigh"}
+
+
 def matrix_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> base.Layout:
     """The checks of a square matrix argument of the jax.scipy-style API, then
     its layout (`what` names the function in messages)."""
     arguments.check_rank2(a, "a")
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", JAX_PRIMITIVE[routine])
     tile = arguments.check_tile(tile_size)
     placement = resolve_placement(a, mesh, spec, "a")
     if placement.manual:

@@ -72,7 +72,7 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
     if plan is not None:
         return plan(a)
     arguments.check_rank2(a, "a")
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", "eigh")
     placement = resolve_placement(a, mesh, spec, "a")
     n = check_square(a, placement, "a")
     engine = dispatch.choose("syevd", n, placement, backend)

@@ -32,10 +32,10 @@ class QRResult(typing.NamedTuple):
     R: jax.Array
 
 
-def _matrix(a, name="a"):
+def _matrix(a, primitive: str, name="a"):
     a = arguments.inexact(a, name)
     arguments.check_rank2(a, name)
-    return a, arguments.check_dtype(a, name)
+    return a, arguments.check_dtype(a, name, primitive)
 
 
 @returns_ready_on_cpus
@@ -59,7 +59,7 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend=
       (x, residuals, rank, s) as jnp.linalg.lstsq: x (N,) or (N, K), replicated.
     """
     a, b = arguments.promote((a, "a"), (b, "b"))
-    a, dtype = _matrix(a)
+    a, dtype = _matrix(a, "svd")
     numpy_resid = arguments.check_flag(numpy_resid, "numpy_resid")
     return_info = arguments.check_flag(return_info, "return_info")
     placement = resolve_placement(a, mesh, spec, "a")
@@ -259,7 +259,7 @@ def _numpy_qr(a, mode, *, mesh=None, spec=None, backend="auto", return_info=Fals
         fn = functools.partial(_numpy_qr, mode=mode, mesh=mesh, spec=spec, backend=backend,
                                return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
-    a, _ = _matrix(a)
+    a, _ = _matrix(a, "qr")
     mode = "reduced" if mode == "full" else mode
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "qr")

@@ -200,7 +200,7 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
 
 def _whole_matrix(a, mesh, spec, what: str):
     """The placement of a rectangular a, which JAX's LU factors whole."""
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", "lu")
     placement = resolve_placement(a, mesh, spec, "a")
     if placement.manual:
         raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")

@@ -158,7 +158,7 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
                                backend=backend, return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
     arguments.check_rank2(a, "a")
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", "polar")
     _check_side(a, side)
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "polar")
@@ -283,7 +283,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
                                return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
     arguments.check_rank2(a, "a")
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", "svd")
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "svd")
     m, n = a.shape
@@ -332,7 +332,7 @@ def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, compute_u
     a = arguments.as_array(a, "a")
     if a.ndim != 2:
         raise ValueError(f"jaxmg.gesvd expects a rank-2 matrix A, got shape {a.shape}")
-    arguments.check_dtype(a, "a")  # as potrs, syevd: no promotion
+    arguments.check_dtype(a, "a", "svd")  # as potrs, syevd: no promotion
     compute_u = arguments.check_flag(compute_u, "compute_u")
     compute_vh = arguments.check_flag(compute_vh, "compute_vh")
     for value, name in ((pad, "pad"), (donate, "donate"), (return_status, "return_status")):

@@ -53,7 +53,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     lower = arguments.check_flag(lower, "lower")
     unit_diagonal = arguments.check_flag(unit_diagonal, "unit_diagonal")
     a, b = arguments.promote((a, "a"), (b, "b"))
-    arguments.check_dtype(a, "a")
+    arguments.check_dtype(a, "a", "triangular_solve")
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"jaxmg: a must be a square (..., N, N) matrix, got shape {a.shape}")
     # jax.scipy's batching: b is a vector when it has one dimension, or one
