@@ -199,7 +199,8 @@ class Mg(base.Engine):
 
     def cho_solve(self, factor, info, b, layout, b_sharded):
         x, b_spec = _solve_blocks("cholsolve", (factor, b), layout, b_sharded)
-        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement, b_spec)
+        x = failures.nan_where_failed(x, info)
+        return sharding.constrain_result(x, layout.placement, b_spec)
 
     def potrs(self, a, b, layout, b_sharded):
         placement, n = layout.placement, layout.n
@@ -272,7 +273,8 @@ class Mg(base.Engine):
         x, b_spec = _solve_blocks("lusolve", (lu, piv, rhs), layout, b_sharded,
                                   trans=int((trans == 0) == factored_a))
         x = jnp.conj(x) if conj else x
-        return sharding.constrain_result(failures.nan_where_failed(x, info), layout.placement, b_spec)
+        x = failures.nan_where_failed(x, info)
+        return sharding.constrain_result(x, layout.placement, b_spec)
 
     def lu_matrices(self, lu, piv, layout):
         # The factor read row-major is (L U)^T with rows block-cyclic.
