@@ -19,7 +19,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg._src import arguments, batching, failures, linalg, polar, sharding, triangular
-from jaxmg._src.placement import axis_names, explicit_spec, resolve_placement
+from jaxmg._src.placement import axis_names, explicit_spec
 from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
 
 
@@ -61,7 +61,7 @@ def _pinv(a, rtol, options):
     rtol = jnp.expand_dims(rtol[..., None], tuple(range(s.ndim - rtol.ndim - 1)))
     cutoff = rtol * s[..., :1]  # rtol of the batch's shape, or one for all, as JAX's
     inverse = jnp.where(s > cutoff, 1 / jnp.where(s > cutoff, s, 1), 0).astype(u.dtype)
-    mm = _product(_rows_placement(a, mesh, spec))
+    mm = sharding.row_products(sharding.rows_placement(a, mesh, spec))
     return mm(_h(vh), _h(u) * inverse[..., :, None])
 
 
@@ -70,10 +70,10 @@ def _pinv_jvp(options, primals, tangents):
     a, rtol = primals
     da = tangents[0]
     p = _pinv(a, rtol, options)
-    where = _rows_placement(a, options[1], options[2])
+    where = sharding.rows_placement(a, options[1], options[2])
     if options[0]:  # hermitian: the SVD reads a symmetrised, so must its derivative
-        a, da = _symmetrised(a, where), _symmetrised(da, where)
-    mm = _product(where)
+        a, da = sharding.hermitian_part(a, where), sharding.hermitian_part(da, where)
+    mm = sharding.row_products(where)
     # d pinv = -p da p + p p^H da^H (I - a p) + (I - p a) da^H p^H p, the
     # products ordered so that no M x M or N x N identity is formed.
     m, n = a.shape[-2:]
@@ -84,30 +84,6 @@ def _pinv_jvp(options, primals, tangents):
         s, t = mm(p, mm(_h(p), _h(da))), mm(_h(da), mm(_h(p), p))
         dp = -mm(p, mm(da, p)) + s - mm(s, mm(a, p)) + t - mm(p, mm(a, t))
     return p, dp
-
-
-def _rows_placement(a, mesh, spec):
-    """Where one matrix a lies on a mesh, rows sharded; None for a batch
-    or an unplaced matrix (XLA places the products)."""
-    if a.ndim != 2:
-        return None
-    where = resolve_placement(a, mesh, spec)
-    return where if where.mesh is not None else None
-
-
-def _product(where):
-    """x @ y at full precision; on a mesh, its rows sharded over a's row
-    axis (explicit sharding needs the result named)."""
-    if where is None:
-        return _mm
-    return functools.partial(_mm, placement=where, spec=P(where.axis, None))
-
-
-def _symmetrised(x, where):
-    """(x + x^H) / 2, x^H laid out as x (explicit sharding adds no row-sharded
-    matrix to a column-sharded one)."""
-    xh = _h(x) if where is None else sharding.constrain_result(_h(x), where, P(where.axis, None))
-    return (x + xh) / 2
 
 
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None,  # noqa: N803

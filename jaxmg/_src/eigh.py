@@ -165,20 +165,14 @@ def _generalized(a, b, kind: int, vectors: bool, lower: bool, options: dict):
                                options=options)
         return batching.broadcast_map(fn, (a, b), (2, 2))
     place = {k: options[k] for k in ("mesh", "spec")}
-    where = resolve_placement(a, **place)
-    where = where if where.mesh is not None else resolve_placement(b, **place)
-    where = where if where.mesh is not None else None
-    mm = functools.partial(sharding.matmul_highest, placement=where,
-                           spec=P(where.axis, None)) if where else sharding.matmul_highest
-
-    def adjoint(x):  # laid out by rows again, as the solves and products take it
-        xh = sharding.adjoint(x)
-        return xh if where is None else sharding.constrain_result(xh, where, P(where.axis, None))
-
+    where = sharding.rows_placement(a, **place) or sharding.rows_placement(b, **place)
+    mm = sharding.row_products(where)
+    # Adjoints laid out by rows again, as the solves and products take them.
+    adjoint = functools.partial(sharding.adjoint_rows, where=where)
     tri = functools.partial(triangular.solve_triangular, lower=True, **place)
     l_ = cholesky.cholesky(b, lower=True, symmetrize_input=True, tile_size=options["tile_size"],
                            backend=options["backend"], **place)
-    a = (a + adjoint(a)) / 2
+    a = sharding.hermitian_part(a, where)
     # Type 1: L^-1 a L^-H = L^-1 (L^-1 a)^H for Hermitian a; else L^H a L.
     c = tri(l_, adjoint(tri(l_, a))) if kind == 1 else mm(mm(adjoint(l_), a), l_)
     result = eigh(c, lower=lower, eigvals_only=not vectors, **options)
@@ -281,11 +275,6 @@ _syevd_donating = jax.jit(_syevd_impl, static_argnames=("layout", "vectors"), do
 # --------------------------------------------------------------------------
 
 
-def _hermitian_part(x, placement):
-    rows = P(placement.axis, None)
-    return (x + sharding.constrain_result(jnp.conj(x).T, placement, rows)) / 2
-
-
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
 def _eigh(layout, a):
     return run(a, layout=layout, vectors=True)
@@ -300,7 +289,7 @@ def _eigh_jvp(layout, primals, tangents):
     rows, cols = P(placement.axis, None), P(None, placement.axis)
     w, v, info = _eigh(layout, a)
     # A P("r", "c") input's tangent comes in 2-D blocks; the products want rows.
-    da = _hermitian_part(sharding.constrain_result(da, placement, rows), placement)
+    da = sharding.hermitian_part(sharding.constrain_result(da, placement, rows), placement)
     da_v = sharding.matmul(da, v, placement, cols)
     vdag_da_v = sharding.matmul(jnp.conj(v).T, da_v, placement, rows)
     eye = jnp.eye(n, dtype=w.dtype)

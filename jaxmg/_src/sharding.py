@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src.placement import Placement
+from jaxmg._src.placement import Placement, resolve_placement
 
 def pad_matrix(a, n_pad: int, diagonal):
     """Embeds a in an n_pad x n_pad matrix, `diagonal` on the extra diagonal."""
@@ -98,3 +98,32 @@ def matmul_highest(x, y, placement: Placement | None = None, spec=P()):
     if placement is None:
         return jnp.matmul(x, y, precision=jax.lax.Precision.HIGHEST)
     return matmul(x, y, placement, spec)
+
+
+def rows_placement(a, mesh=None, spec=None) -> Placement | None:
+    """Where one matrix a lies on a mesh, rows sharded; None for a batch
+    or an unplaced matrix (XLA places the products)."""
+    if a.ndim != 2:
+        return None
+    where = resolve_placement(a, mesh, spec)
+    return where if where.mesh is not None else None
+
+
+def row_products(where: Placement | None):
+    """x @ y at full precision; on a mesh, its rows sharded over the row
+    axis (explicit sharding needs the result named)."""
+    if where is None:
+        return matmul_highest
+    return functools.partial(matmul_highest, placement=where, spec=P(where.axis, None))
+
+
+def adjoint_rows(x, where: Placement | None):
+    """x^H, laid out by rows on `where` (None: as XLA chooses)."""
+    return adjoint(x) if where is None else constrain_result(adjoint(x), where,
+                                                             P(where.axis, None))
+
+
+def hermitian_part(x, where: Placement | None):
+    """(x + x^H) / 2, x^H laid out by rows as x (explicit sharding adds no
+    row-sharded matrix to a column-sharded one)."""
+    return (x + adjoint_rows(x, where)) / 2
