@@ -218,7 +218,7 @@ class Mg(base.Engine):
         diag, g = _block_cyclic_diagonal(factor, layout)
         diag = jnp.where(g < layout.n, diag, 1)
         logdet = 2 * jnp.sum(jnp.log(jnp.real(diag)))
-        return jnp.where(info == 0, logdet, jnp.nan)
+        return failures.nan_where_failed(logdet, info)
 
     def cholesky_upper(self, factor, info, layout):
         # The engine factors M = A^T = conj(A) as M = L L^H; L read row-major

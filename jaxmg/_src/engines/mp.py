@@ -461,7 +461,7 @@ class Mp(base.Engine):
         diag, g = diagonal(factor, layout.placement, layout.tile)
         diag = jnp.where(g < layout.n, diag, 1)
         logdet = 2 * jnp.sum(jnp.log(jnp.real(diag)))
-        return jnp.where(info == 0, logdet, jnp.nan)
+        return failures.nan_where_failed(logdet, info)
 
     def cholesky_upper(self, factor, info, layout):
         # The ranks factor A^T = conj(A) = L L^H; read row-major L is U.

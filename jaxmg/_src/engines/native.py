@@ -42,7 +42,7 @@ class Native(base.Engine):
 
     def cholesky_logdet(self, factor, info, layout):
         logdet = 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(factor))))
-        return jnp.where(info == 0, logdet, jnp.nan)
+        return failures.nan_where_failed(logdet, info)
 
     def cholesky_upper(self, factor, info, layout):
         return sharding.constrain_result(jnp.triu(factor), layout.placement, layout.row_spec)
