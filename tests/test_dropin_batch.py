@@ -5,6 +5,8 @@ one vector for every matrix; (..., N, K) a stack of right-hand sides), and
 batches for inv, det, slogdet, cholesky and eigh; against JAX in every mode
 (vmap adds a further batch axis in front) on every mesh."""
 
+import warnings
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -166,7 +168,9 @@ def test_lu_factor_and_cho_factor_take_batches(rng):
     # a batched factor solves a shared b and a batch of b
     b, bs = dropin.random(rng, (4, 2), np.float64), dropin.random(rng, (3, 4), np.float64)
     _close(jaxmg.lu_solve(jaxmg.lu_factor(a), b), jsl.lu_solve(jsl.lu_factor(a), b))
-    _close(jaxmg.cho_solve(jaxmg.cho_factor(s), bs), jsl.cho_solve(jsl.cho_factor(s), bs))
+    with pytest.warns(FutureWarning, match="jaxmg.cho_solve"):  # one vector per matrix, as JAX reads it
+        x = jaxmg.cho_solve(jaxmg.cho_factor(s), bs)
+    _close(x, jsl.cho_solve(jsl.cho_factor(s), bs))
 
 
 @pytest.mark.parametrize("place", [lambda x: x, _rows2], ids=["plain", "rows"])
@@ -222,10 +226,46 @@ def test_triangular_lu_cho_solves_broadcast_b(rng, shapes):
     a = dropin.random(rng, a_shape, np.float64) + 4 * np.eye(4)
     b = dropin.random(rng, b_shape, np.float64)
     t = np.tril(a)
-    _close(jaxmg.solve_triangular(t, b, lower=True), jsl.solve_triangular(t, b, lower=True))
-    _close(jaxmg.cho_solve((t, True), b), jsl.cho_solve((t, True), b))
+    spd = a @ np.swapaxes(a, -1, -2)
     f = jsl.lu_factor(a)
-    _close(jaxmg.lu_solve(f, b, 1), jsl.lu_solve(f, b, 1))
+    # jax.scipy reads b as one vector per matrix here, and warns that it will not (at trace time)
+    batched_vectors = len(b_shape) == len(a_shape) - 1 > 1 and b_shape[-1] == a_shape[-1]
+    for ours, theirs in [
+        (lambda: jaxmg.solve_triangular(t, b, lower=True), lambda: jsl.solve_triangular(t, b, lower=True)),
+        (lambda: jaxmg.cho_solve((t, True), b), lambda: jsl.cho_solve((t, True), b)),
+        (lambda: jaxmg.lu_solve(f, b, 1), lambda: jsl.lu_solve(f, b, 1)),
+        (lambda: jaxmg.lu_solve(jaxmg.lu_factor(a), b, 1), lambda: jsl.lu_solve(f, b, 1)),
+        (lambda: jaxmg.cho_solve(jaxmg.cho_factor(spd), b), lambda: jsl.cho_solve(jsl.cho_factor(spd), b)),
+    ]:
+        x, warned = _warned(ours)
+        _close(x, theirs())
+        assert warned == batched_vectors, (warned, shapes)
+
+
+def _warned(call):
+    """call()'s result and its FutureWarnings' messages; jaxmg's name the
+    caller's line (this file), not jaxmg's wrappers."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = call()
+    future = [w for w in caught if issubclass(w.category, FutureWarning)]
+    for w in future:
+        if str(w.message).startswith("jaxmg."):
+            assert w.filename == __file__, w.filename
+            assert "b[..., None]).squeeze(-1)" in str(w.message), w.message
+    return out, len(future)
+
+
+def test_batched_vector_warning_under_jit(rng):
+    a = dropin.random(rng, (3, 4, 4), np.float64) + 4 * np.eye(4)
+    t, b = np.tril(a), dropin.random(rng, (3, 4), np.float64)
+    with pytest.warns(FutureWarning, match=r"jaxmg\.cho_solve: b of shape \(3, 4\)"):
+        x = jax.jit(lambda t, b: jaxmg.cho_solve((t, True), b))(t, b)
+    _close(x, jsl.cho_solve((t, True), b))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)  # the future reading's spelling is silent
+        y = jax.jit(lambda t, b: jaxmg.cho_solve((t, True), b[..., None]).squeeze(-1))(t, b)
+    _close(y, x)
 
 
 def test_mismatched_b_is_refused_as_by_jax(rng):

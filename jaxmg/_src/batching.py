@@ -4,6 +4,9 @@ so a distributed call meets once per element, in order)."""
 
 from __future__ import annotations
 
+import sys
+import warnings
+
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
@@ -67,9 +70,29 @@ def batched(a, core_ndim: int = 2) -> bool:
     return getattr(a, "ndim", 0) > core_ndim
 
 
-def vector_rhs(b, a_ndim: int, n: int) -> bool:
+def vector_rhs(b, a_ndim: int, n: int, routine: str) -> bool:
     """Whether b is a vector (core (N,)) rather than a matrix (N, K) by
     jax.scipy's rule for triangular, LU and Cholesky solves against an
     order-n a of a_ndim dimensions: b.ndim is 1, or one fewer than a's with
-    n entries along its last axis."""
-    return b.ndim == 1 or (b.ndim == a_ndim - 1 and b.shape[-1] == n)
+    n entries along its last axis. JAX warns of the second reading (it will
+    read such a b as a batch of matrices); so does `routine`, with the fix."""
+    if b.ndim == 1:
+        return True
+    if b.ndim == a_ndim - 1 and b.shape[-1] == n:
+        warnings.warn(
+            f"jaxmg.{routine}: b of shape {b.shape} is read as one vector per matrix of the "
+            f"batch, a reading JAX has deprecated (it will read b as a batch of ({n}, K) "
+            f"matrices); write {routine}(..., b[..., None]).squeeze(-1) to keep this meaning "
+            "and silence this warning",
+            FutureWarning, stacklevel=_user_frame())
+        return True
+    return False
+
+
+def _user_frame() -> int:
+    """The stacklevel of the first caller outside jaxmg, seen from vector_rhs:
+    the public routines reach it through wrappers of different depths."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("jaxmg."):
+        frame, level = frame.f_back, level + 1
+    return level

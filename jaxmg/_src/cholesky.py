@@ -221,7 +221,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         b = arguments.rhs_like(b, f.factor.dtype)
         if f.factor.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
             nd = f.factor.ndim - 2
-            vector = batching.vector_rhs(b, nd + 2, f.layout.n)
+            vector = batching.vector_rhs(b, nd + 2, f.layout.n, "cho_solve")
             return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
         return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement))
@@ -235,7 +235,8 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     c, b = arguments.promote((c, "c"), (b, "b"))
     if c.ndim > 2 or b.ndim > 2:
         fn = lambda c, b: cho_solve((c, lower), b)  # noqa: E731
-        return batching.broadcast_map(fn, (c, b), (2, 1 if batching.vector_rhs(b, c.ndim, c.shape[-1]) else 2))
+        vector = batching.vector_rhs(b, c.ndim, c.shape[-1], "cho_solve")
+        return batching.broadcast_map(fn, (c, b), (2, 1 if vector else 2))
     arguments.check_rank2(c, "c")
     b = operators.as_rhs(b, c.shape[0])
     arguments.check_same_dtype(b, c.dtype, other="c")

@@ -148,7 +148,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         b = arguments.rhs_like(b, f.lu.dtype)
         if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
             nd = f.lu.ndim - 2
-            vector = batching.vector_rhs(b, nd + 2, f.layout.n)
+            vector = batching.vector_rhs(b, nd + 2, f.layout.n, "lu_solve")
             fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
             return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
@@ -163,7 +163,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     piv = arguments.as_array(f[1], "piv")
     if lu_.ndim > 2 or b.ndim > 2:
         fn = lambda lu_, piv, b: lu_solve((lu_, piv), b, trans)  # noqa: E731
-        vector = batching.vector_rhs(b, lu_.ndim, lu_.shape[-1])
+        vector = batching.vector_rhs(b, lu_.ndim, lu_.shape[-1], "lu_solve")
         return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if vector else 2))
     arguments.check_rank2(lu_, "lu")
     b = operators.as_rhs(b, lu_.shape[0])

@@ -58,7 +58,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         raise ValueError(f"jaxmg: a must be a square (..., N, N) matrix, got shape {a.shape}")
     # jax.scipy's batching: b is a vector when it has one dimension, or one
     # fewer than a with N entries last.
-    vector = b.ndim >= 1 and batching.vector_rhs(b, a.ndim, a.shape[-1])
+    vector = b.ndim >= 1 and batching.vector_rhs(b, a.ndim, a.shape[-1], "solve_triangular")
     if b.ndim < 1 or (vector and b.shape[-1] != a.shape[-1]) or (
         not vector and b.shape[-2:-1] != a.shape[-1:]
     ):
