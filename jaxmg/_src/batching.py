@@ -81,9 +81,9 @@ def vector_rhs(b, a_ndim: int, n: int, routine: str) -> bool:
     if b.ndim == a_ndim - 1 and b.shape[-1] == n:
         warnings.warn(
             f"jaxmg.{routine}: b of shape {b.shape} is read as one vector per matrix of the "
-            f"batch, a reading JAX has deprecated (it will read b as a batch of ({n}, K) "
-            f"matrices); write {routine}(..., b[..., None]).squeeze(-1) to keep this meaning "
-            "and silence this warning",
+            f"batch (batched 1D solves), a reading JAX has deprecated (it will read b as a "
+            f"batch of ({n}, K) matrices); write {routine}(..., b[..., None]).squeeze(-1) to "
+            "keep this meaning and silence this warning",
             FutureWarning, stacklevel=_user_frame())
         return True
     return False
