@@ -585,6 +585,42 @@ def test_rows_over_both_axes_of_a_two_dimensional_mesh(rng, dtype, order):
     assert abs(logdet - np.linalg.slogdet(g_np)[1]) < tol * max(1.0, abs(logdet))
 
 
+@pytest.mark.parametrize("axis", ["r", "c"])
+@pytest.mark.parametrize("kind", ["explicit", "auto"])
+def test_rows_over_one_axis_of_a_two_dimensional_mesh(rng, axis, kind):
+    """Rows over one axis of a 2 x 2 mesh, replicated along the other (as a
+    data-parallel computation leaves a matrix): jaxmg splits each device's
+    rows further along the other axis and runs on all four devices. NumPy's
+    answers; x keeps b's sharding on explicit axes (on auto axes, where b's
+    rows do not match the factor's, it comes back replicated); factors and
+    inverses come back over both axes, the named one first. Under jit too."""
+    types = (jax.sharding.AxisType.Explicit if kind == "explicit" else jax.sharding.AxisType.Auto,) * 2
+    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(4), axis_types=types)
+    rows = NamedSharding(mesh, P(axis, None))
+    both = (axis, "c" if axis == "r" else "r")
+    n, dtype = 12, np.float64
+    a_np, g_np = helpers.spd(rng, n, dtype, CONDITION), general(rng, n, dtype)
+    b_np = helpers.random_matrix(rng, n, dtype, 3)
+    a, g, b = (jax.device_put(x, rows) for x in (a_np, g_np, b_np))
+    x = jaxmg.solve(a, b, assume_a="pos")
+    assert x.sharding.spec == (P(axis, None) if kind == "explicit" else P())
+    check_solution(a_np, x, b_np, dtype)
+    check_solution(g_np, jax.jit(jaxmg.solve)(g, b), b_np, dtype)
+    check_solution(g_np, jaxmg.lu_solve(jaxmg.lu_factor(g), b), b_np, dtype)
+    c = jaxmg.cho_factor(a, lower=True)
+    over_both = NamedSharding(mesh, P(both, None))
+    assert c[0].sharding.is_equivalent_to(over_both, 2), c[0].sharding
+    np.testing.assert_allclose(np.tril(np.asarray(c[0])), np.linalg.cholesky(a_np), rtol=1e-12, atol=1e-12)
+    inv = jaxmg.inv(g)
+    assert inv.sharding.is_equivalent_to(over_both, 2), inv.sharding
+    np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(g_np), rtol=1e-10, atol=1e-12)
+    w, v = jaxmg.eigh(a)
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a_np), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(a_np @ np.asarray(v), np.asarray(v) * np.asarray(w), atol=1e-10)
+    logdet = float(jaxmg.slogdet(g).logabsdet)
+    np.testing.assert_allclose(logdet, np.linalg.slogdet(g_np)[1], rtol=1e-12)
+
+
 def test_inside_shard_map_over_a_two_dimensional_mesh(rng):
     """Inside the caller's shard_map over both axes: rows over both work and
     match NumPy; rows over one axis only are refused, naming the other."""

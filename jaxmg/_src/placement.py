@@ -300,14 +300,11 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
     if missing:
         raise ValueError(f"jaxmg: spec names axis {missing[0]!r}, not in the mesh axes {mesh.axis_names}")
     _check_one_process(mesh)
-    others = {ax: size for ax, size in mesh.shape.items() if ax not in axes and size > 1}
+    others = tuple(ax for ax, size in mesh.shape.items() if ax not in axes and size > 1)
     if others:
-        raise ValueError(
-            f"jaxmg: the mesh has axes {dict(mesh.shape)} but {name}'s rows are sharded over "
-            f"{axes} only; jaxmg spreads the rows over every device it uses (other axes "
-            f"{others} must have size 1). Shard the rows over all axes, e.g. "
-            f"P({tuple(mesh.axis_names)}, None), or build the mesh over the devices to use"
-        )
+        # Rows over some of the axes (P('x', None) on an (x, y) mesh): each
+        # device's block is split further along the others, a local slice.
+        rows = axes + others
     return Placement(mesh, rows, manual=False)
 
 
