@@ -109,6 +109,32 @@ def test_every_routine_matches_numpy_across_three_processes(tmp_path):
     assert "[rank 0] stats {'connections': 2, 'pending': 0" in out
 
 
+def test_a_two_dimensional_mesh_across_four_processes(tmp_path):
+    """A 2 x 2 mesh of four processes: rows over both axes, or over one
+    (replicated along the other, split further by jaxmg), solve, factor and
+    find eigenvalues as NumPy does."""
+    code, out, err = run(tmp_path, """
+        mesh = jax.make_mesh((2, 2), ("r", "c"))
+        n = 20
+        A = spd(n)
+        G = A + np.diag(np.arange(n, dtype=float))
+        B = rng.standard_normal((n, 3))
+        for spec in (P(("r", "c"), None), P("r", None), P("c", None)):
+            a, g, b = put(A, spec), put(G, spec), put(B, P())
+            got = {"solve_pos": (jaxmg.solve(a, b, assume_a="pos"), np.linalg.solve(A, B)),
+                   "lu_solve": (jaxmg.lu_solve(jaxmg.lu_factor(g), b), np.linalg.solve(G, B)),
+                   "eigvalsh": (jaxmg.eigvalsh(a), np.linalg.eigvalsh(A))}
+            for name, (x, want) in got.items():
+                err = np.abs(gather(x) - want).max() / np.abs(want).max()
+                print(spec, name, "ok" if err < 1e-10 else f"BAD {err:.3g}")
+    """, n=4)
+    assert code == 0, err[-4000:]
+    for rank in range(4):
+        for spec in ("P(('r', 'c'), None)", "P('r', None)", "P('c', None)"):
+            for name in ("solve_pos", "lu_solve", "eigvalsh"):
+                assert f"[rank {rank}] {spec} {name} ok" in out, out[-4000:]
+
+
 def test_failure_is_reported_to_every_process(tmp_path):
     code, out, err = run(tmp_path, """
         n = 16
