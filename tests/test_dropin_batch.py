@@ -243,8 +243,9 @@ def test_triangular_lu_cho_solves_broadcast_b(rng, shapes):
 
 
 def _warned(call):
-    """call()'s result and its FutureWarnings' messages; jaxmg's name the
-    caller's line (this file), not jaxmg's wrappers."""
+    """call()'s result and how many FutureWarnings it gave (one where JAX
+    gives one: none doubled); jaxmg's point at the caller's line (this
+    file), not at jaxmg's wrappers, and spell the fix."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         out = call()
