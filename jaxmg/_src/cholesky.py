@@ -30,7 +30,7 @@ from jaxmg._src import (
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import check_square, eager_key, resolve_placement
+from jaxmg._src.placement import BATCH_ELEMENT, check_square, eager_key, resolve_placement
 
 
 @functools.partial(
@@ -298,6 +298,8 @@ def cholesky(a, lower=_LOWER_NOT_GIVEN, overwrite_a=False, check_finite=True, *,
                                mesh=mesh, spec=spec, backend=backend, **side)
         return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cholesky")
+    if layout.placement is BATCH_ELEMENT:  # JAX's solver takes it whole
+        a = sharding.whole_element(a)
     if symmetrize_input and layout.n:
         a = (a + upper_read(a, True, layout)) / 2
     if numpy_style and not lower:  # jnp reads the lower triangle, then gives L^H

@@ -26,7 +26,13 @@ from jaxmg._src import (
 )
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import check_square, eager_key, resolve_placement, spans_processes
+from jaxmg._src.placement import (
+    BATCH_ELEMENT,
+    check_square,
+    eager_key,
+    resolve_placement,
+    spans_processes,
+)
 
 
 class EighResult(typing.NamedTuple):
@@ -246,6 +252,8 @@ def _read(a, layout: Layout, read: str):
     `read` asks for: a's upper triangle, its lower one, or (a + a^H) / 2."""
     if read == "U" or layout.n == 0:
         return a
+    if layout.placement is BATCH_ELEMENT:  # JAX's solver takes it whole
+        a = sharding.whole_element(a)
     adjoint = jnp.conj(a).T
     if sharding.is_explicit(layout.placement):  # laid out as a is (rows, or 2-D blocks)
         adjoint = jax.sharding.reshard(adjoint, jax.typeof(a).sharding)

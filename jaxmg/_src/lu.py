@@ -220,7 +220,7 @@ def _rectangular_lu_factor(a, *, placement):
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
     """det a from an LU factorisation (see jaxmg.det)."""
     if in_sharded_batch(a):
-        return jnp.linalg.det(a)  # as slogdet
+        return jnp.linalg.det(sharding.whole_element(a))  # as slogdet
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "det")
     return _det(layout, a)
 
@@ -240,7 +240,7 @@ def slogdet(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
         # Each matrix lies on its devices, where JAX's solver runs anyway; and
         # vmap over a batch sharded on explicit mesh axes takes JAX's slogdet
         # but not this module's jitted programs (jax 0.10).
-        return tuple(jnp.linalg.slogdet(a))
+        return tuple(jnp.linalg.slogdet(sharding.whole_element(a)))
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
     plain = _no_grad_factor(f)
     return _lu_slogdet(f.layout, a, plain.lu, plain.piv, plain.info)
@@ -250,7 +250,7 @@ def inv(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="
     """a's inverse by LU solves against the identity, row-sharded like a."""
     if in_sharded_batch(a):
         failures.check_on_failure(on_failure)
-        x, info = _inverse_without_gathers(a)
+        x, info = _inverse_without_gathers(sharding.whole_element(a))
         failures.report(info, on_failure, failures.SINGULAR)
         return x
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend,

@@ -36,6 +36,18 @@ def is_explicit(placement: Placement) -> bool:
     return all(types[ax] == jax.sharding.AxisType.Explicit for ax in placement.axes)
 
 
+def whole_element(x):
+    """An element of a batch sharded along its batch axis (under vmap), with
+    its own axes gathered where explicit mesh axes shard them too
+    (P("d", "m", None)): JAX's solvers, which run on such elements, take
+    none sharded. The batch axis stays where it is."""
+    typed = getattr(jax.typeof(x), "sharding", None)
+    spec = getattr(typed, "spec", None)
+    if spec is None or all(entry is None for entry in spec):
+        return x
+    return jax.sharding.reshard(x, typed.update(spec=P(*([None] * x.ndim))))
+
+
 def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
     """x restricted to its first n entries along `dims`. Explicit sharding
     cannot split n unevenly over the devices: such a result is replicated."""
@@ -77,6 +89,8 @@ def matmul(x, y, placement: Placement, spec):
 
 
 def constrain(x, placement: Placement, spec):
+    if placement.mesh is None and not placement.manual and not any(spec):
+        return whole_element(x)  # an element of a sharded batch, for JAX's solvers
     if placement.manual or placement.mesh is None:
         return x
     sharding = NamedSharding(placement.mesh, spec)

@@ -15,7 +15,7 @@ from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, batching, operators, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
-from jaxmg._src.placement import Placement, resolve_placement
+from jaxmg._src.placement import BATCH_ELEMENT, Placement, resolve_placement
 
 TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2}
 
@@ -99,6 +99,8 @@ def _solve(a, b, *, placement, lower, trans, unit, whole):
     # Every vector of the solve replicated: under explicit sharding the
     # solves, the product and their transposes must all agree on b's type.
     b = sharding.constrain(b, placement, P())
+    if placement is BATCH_ELEMENT:  # JAX's solver takes it whole
+        a = sharding.whole_element(a)
     plain = jax.lax.stop_gradient(a)
 
     def solve(_, r):
