@@ -120,15 +120,11 @@ def test_batch_stays_where_it_lies(rng, name, dtype, kind, form):
 @pytest.mark.parametrize("form", ["eager", "jit"])
 @pytest.mark.parametrize("kind", list(AXIS_TYPES))
 @pytest.mark.parametrize("name", list(ROUTINES))
-def test_batch_with_rows_sharded_too(request, rng, name, kind, form):
+def test_batch_with_rows_sharded_too(rng, name, kind, form):
     """A batch over one mesh axis whose matrices' rows lie over another,
     P("i", "m", None): each matrix is gathered onto its batch devices (JAX's
     solver takes none sharded; on explicit axes JAX's own functions refuse
     such input) and the batch axis stays sharded."""
-    if (name, kind, form) == ("inv", "explicit", "jit") and jax.__version_info__ >= (0, 12):
-        request.applymarker(pytest.mark.xfail(strict=True, reason=(
-            "jax 0.12: under jit, the NaN factor's product with the gathered element's inverse "
-            "fails in vmap's batching ('Resource axis: i ... not found in mesh: ()')")))
     makers, ours, theirs = ROUTINES[name]
     args = tuple(make(rng, np.float32) for make in makers)
     mesh = jax.make_mesh((2, 2), ("i", "m"), axis_types=(AXIS_TYPES[kind],) * 2,

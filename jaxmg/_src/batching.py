@@ -55,13 +55,18 @@ def _batch_axes_sharded_alike(args, k: int):
                       and not used & set(axis_names(t[1][j]))), None)
         target.append(entry)
         used |= set(axis_names(entry))
+    # A batch sharded along its batch axes runs JAX's solver on each matrix
+    # where it lies, which takes the matrix whole: its own axes are gathered
+    # here, once, rather than per element under vmap.
+    sharded_batch = any(entry is not None for entry in target)
     out = []
     for x, t in zip(leaves, typed):
-        if t is not None and any(t[1][j] != target[j] for j in range(k)):
+        if t is not None:
             # A core axis sharded over a mesh axis the batch now takes is
-            # gathered: an axis can shard one dimension only.
-            core = [None if used & set(axis_names(e)) else e for e in t[1][k:]]
-            x = jax.sharding.reshard(x, NamedSharding(t[0], P(*target, *core)))
+            # gathered too: an axis can shard one dimension only.
+            core = [None if sharded_batch or used & set(axis_names(e)) else e for e in t[1][k:]]
+            if tuple(t[1][:k]) != tuple(target) or tuple(core) != tuple(t[1][k:]):
+                x = jax.sharding.reshard(x, NamedSharding(t[0], P(*target, *core)))
         out.append(x)
     return jax.tree.unflatten(tree, out)
 

@@ -29,10 +29,12 @@ def with_finite_check(a, info, n: int, upper: bool = False):
 
 def nan_where(failed, x):
     """x, NaN where `failed` holds (broadcast against x as by jnp.where)."""
-    # A factor, not a select against a NaN constant: vmap over arrays on
-    # explicit mesh axes (jax 0.12) refuses a select whose constant case has
-    # no mesh.
-    return x * jnp.where(failed, jnp.nan, 1).astype(x.dtype)
+    # A factor, and 0 / 0 rather than any select against a NaN constant: vmap
+    # over arrays on explicit mesh axes (jax 0.12) refuses a select whose
+    # constant case has no mesh, and under jit the batched select's result
+    # names a mesh axis the program cannot find.
+    keep = 1 - jnp.asarray(failed).astype(x.dtype)
+    return x * (keep / keep)
 
 
 def nan_where_failed(x, info):
