@@ -117,7 +117,7 @@ def test_batch_stays_where_it_lies(rng, name, dtype, kind, form):
         assert "all-" not in fn.lower(*placed).compile().as_text()
 
 
-@pytest.mark.parametrize("form", ["eager", "jit"])
+@pytest.mark.parametrize("form", ["eager", "jit", "vmap"])
 @pytest.mark.parametrize("kind", list(AXIS_TYPES))
 @pytest.mark.parametrize("name", list(ROUTINES))
 def test_batch_with_rows_sharded_too(rng, name, kind, form):
@@ -130,7 +130,8 @@ def test_batch_with_rows_sharded_too(rng, name, kind, form):
     mesh = jax.make_mesh((2, 2), ("i", "m"), axis_types=(AXIS_TYPES[kind],) * 2,
                          devices=helpers.devices(4))
     placed = jax.device_put(args, NamedSharding(mesh, P("i", "m", None)))
-    out = (ours if form == "eager" else jax.jit(ours))(*placed)
+    # eager and jit gather the batch's rows once; vmap hands each element over sharded
+    out = {"eager": ours, "jit": jax.jit(ours), "vmap": jax.vmap(ours)}[form](*placed)
     assert_close(name, out, theirs(*args), np.float32)
     batch_sharded(out, mesh)
 
