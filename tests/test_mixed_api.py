@@ -387,6 +387,42 @@ def test_an_order_the_devices_do_not_divide_is_solved_on_the_mesh(rng):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
 
 
+@pytest.mark.parametrize("axis_type", ["explicit", "auto"])
+@pytest.mark.parametrize("routine", ["solve pos", "solve gen", "cho_solve", "lu_solve"])
+def test_x_is_sharded_like_b(rng, axis_type, routine):
+    """b's rows sharded beside a's: x comes back with b's sharding, eager and
+    under jit (on explicit axes jit once refused such a b: the refinement's
+    x did not match b's type), and the derivative with respect to b holds."""
+    from jax.sharding import AxisType, NamedSharding
+
+    kind = AxisType.Explicit if axis_type == "explicit" else AxisType.Auto
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(kind,), devices=helpers.devices(4))
+    pos = routine in ("solve pos", "cho_solve")
+    a = spd(rng) if pos else general(rng)
+    b = helpers.random_matrix(rng, N, np.float64, 3)
+    rows = NamedSharding(mesh, P("x", None))
+    sa, sb = jax.device_put(a, rows), jax.device_put(b, rows)
+
+    def call(a, b):
+        if routine.startswith("solve"):
+            return jaxmg.solve(a, b, assume_a="pos" if pos else "gen", precision="mixed")
+        if pos:
+            return jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b)
+        return jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed"), b)
+
+    x = call(sa, sb)
+    close(x, a, b)
+    assert x.sharding.is_equivalent_to(rows, 2), x.sharding
+    with jax.set_mesh(mesh):
+        y = jax.jit(call)(sa, sb)
+        g = jax.jit(jax.grad(lambda b: jnp.sum(call(sa, b) ** 2)))(sb)
+    close(y, a, b)
+    if kind == AxisType.Explicit:
+        assert y.sharding.is_equivalent_to(rows, 2), y.sharding
+    want = 2 * np.linalg.solve(a.T, np.linalg.solve(a, b))
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-9, atol=1e-12)
+
+
 def test_vmap_of_numpy_matrices_with_mesh(rng):
     """Under vmap a NumPy a is traced, so it is not moved to the mesh before
     the solve's programs: they must still find its devices."""

@@ -111,7 +111,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
         refined against a to float64 accuracy, falling back to a float64
         factorisation where refinement does not converge). With "mixed"
         the info returned is a RefinementInfo (info, iterations, fallback,
-        backward_error, ...) and x comes back replicated.
+        backward_error, ...).
 
     Returns:
       x with b's shape and layout (all NaN if a is not positive definite),

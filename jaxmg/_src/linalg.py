@@ -43,8 +43,8 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
 
     precision: "highest" (factor in a's precision) or "mixed" (float64 /
     complex128: factor on BF16 tensor cores, refine against a to float64
-    accuracy, fall back to float64 where refinement does not converge; x
-    comes back replicated). return_info: also return the factorisation's
+    accuracy, fall back to float64 where refinement does not converge).
+    return_info: also return the factorisation's
     info ("highest": an int32, 0 or LAPACK's code) or a RefinementInfo
     ("mixed": info, iterations, fallback, backward_error per column).
     """

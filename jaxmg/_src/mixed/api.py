@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, failures
+from jaxmg._src import arguments, failures, sharding
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import refine as rf, solvers
 
@@ -250,7 +250,7 @@ def _placed(x, rows: placement.Rows, mesh, spec):
     one-device array is moved there; a traced one is resharded (under vmap
     a NumPy a is traced, and the solve's programs would have no devices)."""
     if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh):
-        return x
+        return sharding.whole_element(x) if arguments.is_traced(x) else x
     want = jax.sharding.NamedSharding(mesh, spec)
     if arguments.is_traced(x):
         return jax.sharding.reshard(x, want)
@@ -279,7 +279,7 @@ def blocked_lu(n: int) -> dict:
 
 def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
           on_failure: str = "nan"):
-    """x with a x = b at float64 accuracy (replicated), and its RefinementInfo:
+    """x with a x = b at float64 accuracy (sharded as b), and its RefinementInfo:
     factored and solved in one program, eager or traced alike."""
     a, rows, n = _matrix(a, mesh, spec, triangle if kind == "spd" else None)
     b, b2 = _rhs(b, a, n, rows)
@@ -347,7 +347,22 @@ def _result(b, x, record, kind: str, on_failure: str):
     if b.ndim == 1:
         x = x[:, 0]
         record = RefinementInfo(*(r[0] if r.ndim else r for r in record))
-    return x, record
+    return _like(x, b), record
+
+
+def _like(x, b):
+    """x sharded as b where b's sharding is known: a concrete array's, or
+    the type of one traced on explicit mesh axes (on Auto axes under jit
+    XLA places x)."""
+    if arguments.is_traced(b):
+        typed = getattr(jax.typeof(b), "sharding", None)
+        if typed is None or all(entry is None for entry in typed.spec):
+            return x
+        return jax.sharding.reshard(x, typed)
+    want = getattr(b, "sharding", None)
+    if not isinstance(want, jax.sharding.NamedSharding) or arguments.is_traced(x):
+        return x
+    return x if x.sharding.is_equivalent_to(want, x.ndim) else jax.device_put(x, want)
 
 
 @functools.partial(jax.jit, static_argnames=("trans",))
