@@ -391,8 +391,9 @@ def test_an_order_the_devices_do_not_divide_is_solved_on_the_mesh(rng):
 @pytest.mark.parametrize("routine", ["solve pos", "solve gen", "cho_solve", "lu_solve"])
 def test_x_is_sharded_like_b(rng, axis_type, routine):
     """b's rows sharded beside a's: x comes back with b's sharding, eager and
-    under jit (on explicit axes jit once refused such a b: the refinement's
-    x did not match b's type), and the derivative with respect to b holds."""
+    under jit, and the derivatives hold (on explicit axes jit, eager grad and
+    jvp once refused such a b: the refinement's x did not match b's type)."""
+    import jax.scipy.linalg as jsl
     from jax.sharding import AxisType, NamedSharding
 
     kind = AxisType.Explicit if axis_type == "explicit" else AxisType.Auto
@@ -421,6 +422,22 @@ def test_x_is_sharded_like_b(rng, axis_type, routine):
         assert y.sharding.is_equivalent_to(rows, 2), y.sharding
     want = 2 * np.linalg.solve(a.T, np.linalg.solve(a, b))
     np.testing.assert_allclose(np.asarray(g), want, rtol=1e-9, atol=1e-12)
+
+    def reference(a, b):
+        if routine.startswith("solve"):
+            return jsl.solve(a, b, assume_a="pos" if pos else "gen")
+        if pos:  # a factor's solves differentiate a as given, as a solve does
+            return jnp.linalg.solve(a, b)
+        return jsl.lu_solve(jsl.lu_factor(a), b)
+
+    loss = lambda solver, b: lambda a: jnp.sum(solver(a, b) ** 2)  # noqa: E731
+    tangent = helpers.random_matrix(rng, N, np.float64)
+    with jax.set_mesh(mesh):
+        ga = jax.grad(loss(call, sb))(sa)
+        _, ta = jax.jvp(lambda a: call(a, sb), (sa,), (jax.device_put(tangent, rows),))
+    np.testing.assert_allclose(np.asarray(ga), jax.grad(loss(reference, b))(a), rtol=1e-8, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(ta), jax.jvp(lambda a: reference(a, b), (a,), (tangent,))[1],
+                               rtol=1e-8, atol=1e-12)
 
 
 def test_vmap_of_numpy_matrices_with_mesh(rng):

@@ -250,7 +250,7 @@ def _placed(x, rows: placement.Rows, mesh, spec):
     one-device array is moved there; a traced one is resharded (under vmap
     a NumPy a is traced, and the solve's programs would have no devices)."""
     if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh):
-        return sharding.whole_element(x) if arguments.is_traced(x) else x
+        return x
     want = jax.sharding.NamedSharding(mesh, spec)
     if arguments.is_traced(x):
         return jax.sharding.reshard(x, want)
@@ -319,7 +319,8 @@ def solve_with(f: MixedFactor, b, trans: int = 0, *, kind: str):
 
 def _rhs(b, a, n: int, rows: placement.Rows, other: str = "a"):
     """b checked against a (of order n), and as the (N, K) matrix the solves
-    take (zero rows below n where a is padded), placed."""
+    take (zero rows below n where a is padded), placed and whole: x, which
+    the refinement returns replicated, must have b's type."""
     b = arguments.as_array(b, "b")
     if b.ndim not in (1, 2) or b.shape[0] != n:
         raise ValueError(f"jaxmg: b must have shape ({n},) or ({n}, K) to match a, got {b.shape}")
@@ -328,7 +329,7 @@ def _rhs(b, a, n: int, rows: placement.Rows, other: str = "a"):
     b2 = b.reshape(n, k)
     if a.shape[0] > n:
         b2 = jnp.pad(b2, ((0, a.shape[0] - n), (0, 0)))
-    return b, _placed(b2, rows, _mesh_of(a), P())
+    return b, sharding.whole_element(_placed(b2, rows, _mesh_of(a), P()))
 
 
 def _empty(b):
