@@ -440,6 +440,22 @@ def test_x_is_sharded_like_b(rng, axis_type, routine):
                                rtol=1e-8, atol=1e-12)
 
 
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_one_device_explicit_mesh(rng, assume_a):
+    """a on a one-device mesh of explicit axes, P("x", None): its rows are
+    not split, and the solve's operands must not carry the axis in their
+    type (the SPD solve once refused to add the norms' unsharded parts)."""
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((1,), ("x",), axis_types=(AxisType.Explicit,), devices=helpers.devices(1))
+    a = spd(rng) if assume_a == "pos" else general(rng)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    sa = jax.device_put(a, NamedSharding(mesh, P("x", None)))
+    close(jaxmg.solve(sa, b, assume_a=assume_a, precision="mixed"), a, b)
+    with jax.set_mesh(mesh):
+        close(jax.jit(lambda a: jaxmg.solve(a, b, assume_a=assume_a, precision="mixed"))(sa), a, b)
+
+
 def test_vmap_of_numpy_matrices_with_mesh(rng):
     """Under vmap a NumPy a is traced, so it is not moved to the mesh before
     the solve's programs: they must still find its devices."""

@@ -248,8 +248,12 @@ def _hermitian(a, *, upper: bool, rows: placement.Rows):
 def _placed(x, rows: placement.Rows, mesh, spec):
     """An array on the (concrete) mesh the solve runs over: a NumPy or
     one-device array is moved there; a traced one is resharded (under vmap
-    a NumPy a is traced, and the solve's programs would have no devices)."""
-    if not rows.sharded or not isinstance(mesh, jax.sharding.Mesh):
+    a NumPy a is traced, and the solve's programs would have no devices).
+    Unsharded rows (one device) are whole in x's type too: a one-device
+    mesh's explicit axis would otherwise meet unsharded operands."""
+    if not rows.sharded:
+        return sharding.whole_element(x)
+    if not isinstance(mesh, jax.sharding.Mesh):
         return x
     want = jax.sharding.NamedSharding(mesh, spec)
     if arguments.is_traced(x):
