@@ -19,6 +19,7 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
+import scipy.linalg
 
 import dropin
 from dropin import K, NUMPY, PLAIN, REP, ROWS, api
@@ -244,6 +245,72 @@ def test_vmap_of_potrs_on_plain_arrays(rng):
     x = jax.vmap(api.potrs)(jnp.asarray(a), jnp.asarray(b))
     want = np.linalg.solve(dropin.promote(a), dropin.promote(b))
     dropin.assert_close(x, want, dtype, PLAIN_N, dropin.CONDITION)
+
+
+# ---- host inputs beside an explicit mesh ------------------------------------------------------
+
+EXPLICIT_MODES = ("eager", "jit", "grad", "vmap")
+EXPLICIT_CASES = [(name, EXPLICIT_MODES[i % 4]) for i, name in enumerate(CATALOGUE)]
+EXPLICIT_CASES += [(name, "eager") for name, mode in EXPLICIT_CASES if mode != "eager"]
+
+
+@pytest.mark.parametrize("name, mode", EXPLICIT_CASES, ids=[f"{n}-{m}" for n, m in EXPLICIT_CASES])
+def test_numpy_inputs_under_an_explicit_mesh(rng, name, mode):
+    """jax.make_mesh's axes are explicit by default: NumPy inputs under
+    jax.set_mesh of such a mesh are solved there (eager results on its
+    devices), as arguments of jit, grad and vmap too."""
+    call, ref, make, condition = CATALOGUE[name]
+    mesh_ = dropin.mesh(4, "explicit")
+    with jax.set_mesh(mesh_):
+        dropin.check(mode, None, np.float64, call, ref, make, NUMPY, rng, n=PLAIN_N,
+                     condition=condition)
+        if mode == "eager":
+            out = call(*make(rng, np.float64))
+            for leaf in jax.tree_util.tree_leaves(out):
+                assert len(leaf.sharding.device_set) == 4, (name, leaf.sharding)
+
+
+@pytest.mark.parametrize("name", ["eigh", "svd", "qr", "lstsq", "pinv", "cholesky", "slogdet", "lu"])
+def test_numpy_inputs_with_an_explicit_mesh_argument(rng, name):
+    """mesh= naming an explicit mesh, no context: the NumPy input is put on
+    it (eigh, svd, qr, lstsq and pinv once refused it: their programs met
+    the mesh's arrays beside an untyped one)."""
+    mesh_ = dropin.mesh(4, "explicit")
+    a = dropin.general(rng, 6, np.float64, m=9) if name in ("svd", "qr", "lstsq", "pinv") else \
+        dropin.spd(rng, 9, np.float64)
+    calls = {
+        "eigh": lambda a: api.eigvalsh(a, mesh=mesh_),
+        "svd": lambda a: api.svd(a, compute_uv=False, mesh=mesh_),
+        "qr": lambda a: jnp.abs(api.qr(a, mode="r", mesh=mesh_)),
+        "lstsq": lambda a: api.lstsq(a, np.ones(a.shape[0]), mesh=mesh_)[0],
+        "pinv": lambda a: api.pinv(a, mesh=mesh_),
+        "cholesky": lambda a: api.cholesky(a, lower=True, mesh=mesh_),
+        "slogdet": lambda a: api.slogdet(a, mesh=mesh_)[1],
+        "lu": lambda a: api.lu(a, mesh=mesh_)[2],
+    }
+    refs = {
+        "eigh": np.linalg.eigvalsh, "svd": lambda a: np.linalg.svd(a, compute_uv=False),
+        "qr": lambda a: np.abs(np.linalg.qr(a, mode="r")),
+        "lstsq": lambda a: np.linalg.lstsq(a, np.ones(a.shape[0]), rcond=None)[0],
+        "pinv": np.linalg.pinv, "cholesky": np.linalg.cholesky,
+        "slogdet": lambda a: np.linalg.slogdet(a)[1], "lu": lambda a: scipy.linalg.lu(a)[2],
+    }
+    got = calls[name](a)
+    np.testing.assert_allclose(np.asarray(got), refs[name](a), rtol=1e-9, atol=1e-11)
+    assert len(got.sharding.device_set) == 4
+
+
+def test_uneven_orders_eagerly_on_auto_axes(rng):
+    """Orders the devices do not divide, eagerly on 8 devices of Auto axes:
+    pinv's products and the backward pass of cholesky (N = 4: XLA split the
+    rows 4 ways and found no sharding of the mesh for it) once failed."""
+    mesh_ = dropin.mesh(8)
+    g = dropin.general(rng, 3, np.float64, m=5)
+    np.testing.assert_allclose(np.asarray(api.pinv(g, mesh=mesh_)), np.linalg.pinv(g), atol=1e-12)
+    a = dropin.spd(rng, 4, np.float64)
+    got = jax.vjp(lambda a: api.cholesky(a, lower=True, symmetrize_input=True, mesh=mesh_), a)[1](a)[0]
+    want = jax.vjp(jnp.linalg.cholesky, a)[1](a)[0]
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
 
 
 # ---- jit with no mesh context -----------------------------------------------------------------

@@ -1,5 +1,12 @@
-"""Eager calls over several CPU devices of this process return their results
-ready.
+"""The public routines' entry: host inputs beside an explicit mesh are put
+on it, and eager calls over several CPU devices of this process return their
+results ready.
+
+An explicit mesh (jax.make_mesh's default axis types) types every array it
+holds by its sharding, and the types of a call's operands must agree: a NumPy
+or one-device input beside `mesh=` or `jax.set_mesh` would meet the mesh's
+arrays inside the routine untyped. It is put on the mesh, replicated, first,
+as an array of that mesh would be; jaxmg lays its rows out from there.
 
 XLA:CPU runs every device's part of a program on one pool of
 max(cores, devices) threads, and each device's launch of a program runs
@@ -17,15 +24,25 @@ from __future__ import annotations
 import functools
 
 import jax
+import numpy as np
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
+
+from jaxmg._src import placement
 
 
 def returns_ready_on_cpus(routine):
-    """Wraps a public routine: when its results are arrays (not tracers) on
-    several CPU devices of this process, it returns once they are computed,
-    raising the runtime's error of a failed call there."""
+    """Wraps a public routine: host inputs are put on an explicit mesh given
+    as `mesh=` or by jax.set_mesh (see above); when its results are arrays
+    (not tracers) on several CPU devices of this process, it returns once
+    they are computed, raising the runtime's error of a failed call there."""
 
     @functools.wraps(routine)
     def call(*args, **kwargs):
+        mesh = _explicit_mesh(kwargs.get("mesh"))
+        if mesh is not None:
+            onto = functools.partial(_onto, mesh=mesh)
+            args = tuple(onto(x) for x in args)
+            kwargs = {k: v if k == "mesh" else onto(v) for k, v in kwargs.items()}
         out = routine(*args, **kwargs)
         if any(_on_cpus_of_this_process(leaf) for leaf in jax.tree_util.tree_leaves(out)):
             jax.block_until_ready(out)
@@ -46,3 +63,30 @@ def _on_cpus_of_this_process(x) -> bool:
 def _spans_cpus_of_this_process(sharding) -> bool:
     here = [d for d in sharding.device_set if d.process_index == jax.process_index()]
     return len(here) > 1 and all(d.platform == "cpu" for d in here)
+
+
+def _explicit_mesh(mesh):
+    """The mesh of the call (mesh=, else jax.set_mesh's) where one of its
+    axes is explicit."""
+    if not isinstance(mesh, Mesh):
+        mesh = placement.context_concrete_mesh()
+    if mesh is None or AxisType.Explicit not in mesh.axis_types:
+        return None
+    return mesh
+
+
+def _onto(x, mesh: Mesh):
+    """x replicated on mesh where it is a host array, an uncommitted
+    one-device array or a traced one whose type names no mesh (jit's or
+    grad's of a NumPy input); a factor's (c, lower) pair element-wise;
+    anything else as it is."""
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return tuple(_onto(e, mesh) for e in x)
+    if isinstance(x, jax.core.Tracer):
+        typed = getattr(jax.typeof(x), "sharding", None)
+        loose = typed is not None and typed.mesh.empty and x.ndim > 0
+    elif isinstance(x, jax.Array):
+        loose = not x.committed and len(x.sharding.device_set) == 1
+    else:
+        loose = isinstance(x, np.ndarray) and x.ndim > 0
+    return jax.device_put(x, NamedSharding(mesh, P())) if loose else x

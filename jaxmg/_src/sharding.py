@@ -93,7 +93,13 @@ def constrain(x, placement: Placement, spec):
         return whole_element(x)  # an element of a sharded batch, for JAX's solvers
     if placement.manual or placement.mesh is None:
         return x
-    sharding = NamedSharding(placement.mesh, spec)
+    even = _even(x.shape, placement, spec)
+    if even != spec and not is_explicit(placement):
+        # Auto axes: an uneven split is refused by eager arrays, and by the
+        # eager backward pass of jax.vjp where the constraint is transposed;
+        # XLA places such a result.
+        return x
+    sharding = NamedSharding(placement.mesh, even)
     if is_explicit(placement):
         return jax.sharding.reshard(x, sharding)
     return jax.lax.with_sharding_constraint(x, sharding)
