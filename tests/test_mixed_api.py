@@ -397,7 +397,7 @@ def test_x_is_sharded_like_b(rng, axis_type, routine):
     from jax.sharding import AxisType, NamedSharding
 
     kind = AxisType.Explicit if axis_type == "explicit" else AxisType.Auto
-    mesh = jax.make_mesh((4,), ("x",), axis_types=(kind,), devices=helpers.devices(4))
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(kind,), devices=helpers.devices(2))
     pos = routine in ("solve pos", "cho_solve")
     a = spd(rng) if pos else general(rng)
     b = helpers.random_matrix(rng, N, np.float64, 3)
