@@ -138,8 +138,9 @@ def promote(*named):
     jax.scipy.linalg.solve promotes its a and b (float32 with float64:
     float64; integers with float32: float32)."""
     arrays = [as_array(x, name) for x, name in named]
-    dtype = _inexact_dtype(jnp.result_type(*arrays))  # arrays, not dtypes: float64 NumPy
-    # inputs without x64 become float32 silently, as in JAX
+    # The arrays, not their dtypes: float64 NumPy inputs without x64 then
+    # become float32 silently, as in JAX.
+    dtype = _inexact_dtype(jnp.result_type(*arrays))
     return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
 
 
