@@ -276,3 +276,13 @@ def test_mismatched_b_is_refused_as_by_jax(rng):
         jsl.solve_triangular(a, b, lower=True)
     with pytest.raises(ValueError):
         jaxmg.solve_triangular(a, b, lower=True)
+
+
+def test_batch_of_vectors_is_refused_naming_the_fix(rng):
+    """a (3, 4, 4) with b (3, 4): JAX since 0.5 refuses it and names b[..., None]."""
+    a = dropin.random(rng, (3, 4, 4), np.float64) + 4 * np.eye(4)
+    b = dropin.random(rng, (3, 4), np.float64)
+    with pytest.raises(ValueError, match=r"b\[\.\.\., None\]"):
+        jnp.linalg.solve(a, b)
+    with pytest.raises(ValueError, match=r"b\[\.\.\., None\]"):
+        jaxmg.solve(a, b)

@@ -20,6 +20,7 @@ import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
 import scipy.linalg
+from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import dropin
 from dropin import K, NUMPY, PLAIN, REP, ROWS, api
@@ -311,6 +312,18 @@ def test_uneven_orders_eagerly_on_auto_axes(rng):
     got = jax.vjp(lambda a: api.cholesky(a, lower=True, symmetrize_input=True, mesh=mesh_), a)[1](a)[0]
     want = jax.vjp(jnp.linalg.cholesky, a)[1](a)[0]
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
+def test_mesh_argument_over_the_same_devices_in_other_axes(rng):
+    """a sharded over axes ('x', 'y') of a 2-D mesh, mesh= a 1-D mesh of the
+    same devices: a's spec names the other mesh, so a moves onto mesh=."""
+    flat = dropin.mesh(8)
+    grid = jax.make_mesh((4, 2), ("x", "y"), axis_types=(AxisType.Auto,) * 2)
+    a, b = dropin.spd(rng, 16, np.float64), dropin.random(rng, (16, 3), np.float64)
+    for spec in (P("x", "y"), P("y", "x"), P(None, "y")):
+        placed = jax.device_put(a, NamedSharding(grid, spec))
+        np.testing.assert_allclose(np.asarray(api.solve(placed, b, mesh=flat)),
+                                   np.linalg.solve(a, b), rtol=1e-9)
 
 
 # ---- jit with no mesh context -----------------------------------------------------------------

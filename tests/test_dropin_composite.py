@@ -229,6 +229,7 @@ def test_edges_as_jax():
         (mnp.matrix_power(np.arange(9).reshape(3, 3), 3),
          jnp.linalg.matrix_power(np.arange(9).reshape(3, 3), 3)),
     ]:
+        assert isinstance(ns_result, jax.Array)  # NumPy in, a jax.Array out, as JAX
         assert ns_result.shape == jax_result.shape and ns_result.dtype == jax_result.dtype
         np.testing.assert_array_equal(np.asarray(ns_result), np.asarray(jax_result))
 

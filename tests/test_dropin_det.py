@@ -106,6 +106,16 @@ def test_exactly_singular_det_is_zero(devices, kind):
     assert np.isfinite(float(got)) and abs(float(got)) <= 1e-6
 
 
+@pytest.mark.parametrize("devices", [1, 2])
+def test_orders_two_and_three_as_jax_closed_forms(devices):
+    """JAX computes det of a 2 x 2 or 3 x 3 matrix from its entries: exact
+    for integer entries, overflowing as the products do."""
+    mesh = dropin.mesh(devices)
+    for a in (np.array([[2.0, 1.0], [1.0, 2.0]]), np.array([[4.0, 1, 0], [1, 5, 1], [0, 1, 6]]),
+              np.diag([1e200, 1e200, 1e-300]), np.diag([1e-200, 1e-200, 1e300])):
+        assert float(api.det(a, mesh=mesh)) == float(jnp.linalg.det(a))
+
+
 def test_errors_name_the_argument():
     mesh = dropin.mesh(2)
     with pytest.raises(ValueError, match=r"\ba\b"):

@@ -7,6 +7,8 @@ a tile_size inside shard_map that does not divide the local rows, which is
 honoured (the result equals the same call outside shard_map to rounding)
 or refused naming tile_size, never silently changed."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
@@ -270,6 +272,17 @@ def test_lists_are_refused_as_by_jax():
             call()
 
 
+def test_non_square_matrices_are_refused_naming_the_shape():
+    """ValueError with the shape, as jnp.linalg's inv, det and slogdet."""
+    import jaxmg.numpy.linalg as mnp
+
+    for ns in (jnp.linalg, mnp):
+        for call in (ns.inv, ns.det, ns.slogdet):
+            for shape in ((4, 3), (2, 4, 3)):
+                with pytest.raises(ValueError, match=re.escape(str(shape))):
+                    call(np.ones(shape))
+
+
 SCIPY_LIST_CALLS = {  # jax.scipy.linalg reads lists here (jnp.asarray)
     "cholesky": lambda m, a, b: m.cholesky(a),
     "cho_factor": lambda m, a, b: tuple(m.cho_factor(a))[0],
@@ -311,3 +324,19 @@ def test_mixed_float_dtypes_promote_as_jax():
             got, want = mine(a, b), theirs(a, b)
             assert np.asarray(got).dtype == want.dtype
             np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("devices", [1, 2])
+def test_factors_promote_b_as_jax(devices):
+    """jaxmg's own factors against a wider b: jax.scipy promotes the factor
+    and b together (a complex b against a real factor too)."""
+    mesh = dropin.mesh(devices)
+    a = np.array([[4.0, 1.0], [1.0, 3.0]], np.float32)
+    for b in (np.array([1.0, 2.0]), np.array([1.0, 2.0j], np.complex64),
+              np.array([[1.0, 2.0j], [3.0, -1.0j]]), np.array([1, 2])):
+        for mine, theirs in ((jaxmg.cho_solve(jaxmg.cho_factor(a, mesh=mesh), b),
+                              jsl.cho_solve(jsl.cho_factor(a), b)),
+                             (jaxmg.lu_solve(jaxmg.lu_factor(a, mesh=mesh), b, trans=2),
+                              jsl.lu_solve(jsl.lu_factor(a), b, trans=2))):
+            assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
+            np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)

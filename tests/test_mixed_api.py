@@ -185,8 +185,9 @@ def test_single_precision_matrix_is_refused_with_the_fix(rng):
     with pytest.raises(TypeError, match=r"takes float64 or complex128.*float32.*precision='highest'"):
         jaxmg.solve(a, np.ones(N, np.float32), assume_a="pos", precision="mixed")
     f64 = jaxmg.cho_factor(spd(rng), precision="mixed")
-    with pytest.raises(TypeError, match=r"b has dtype float32 but the factor has float64; cast with b.astype"):
-        jaxmg.cho_solve(f64, np.ones(N, np.float32))
+    x = jaxmg.cho_solve(f64, np.ones(N, np.float32))  # b promoted, as jax.scipy promotes
+    assert x.dtype == np.float64
+    np.testing.assert_array_equal(x, jaxmg.cho_solve(f64, np.ones(N)))
     with pytest.raises(TypeError, match=r"lu_solve takes lu_factor's factor; this one is "
                                          r"cho_factor's \(solve with jaxmg.cho_solve\)"):
         jaxmg.lu_solve(f64, np.ones(N))

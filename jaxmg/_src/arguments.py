@@ -19,6 +19,15 @@ def check_rank2(a, name: str = "a") -> None:
         raise ValueError(f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}{hint}")
 
 
+def check_square_matrices(a, routine: str, name: str = "a") -> None:
+    """a of shape (..., N, N): one square matrix or a batch of them."""
+    if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
+        raise ValueError(
+            f"jaxmg.{routine}: {name} must be a square matrix or a batch of them, of shape "
+            f"(..., N, N), got {tuple(a.shape)}"
+        )
+
+
 class UnsupportedDtypeError(TypeError, NotImplementedError):
     """A half-precision input: the TypeError of JAX's solvers (jax 0.11 on),
     and the NotImplementedError some raised before."""
@@ -144,13 +153,7 @@ def promote(*named):
     return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
 
 
-def rhs_like(b, dtype, name: str = "b", other: str = "the factor"):
-    """b for a solve against a factor of `dtype`: integers and narrower
-    floats are cast to it (as JAX promotes); a dtype the factor cannot hold
-    without losing precision is refused, naming both."""
-    b = as_array(b, name)
-    if jnp.dtype(b.dtype) != jnp.dtype(dtype) and \
-            _inexact_dtype(jnp.result_type(b.dtype, dtype)) == jnp.dtype(dtype):
-        return b.astype(dtype)
-    check_same_dtype(b, dtype, name, other)
-    return b
+def solve_dtype(b, dtype) -> np.dtype:
+    """The dtype jax.scipy solves b against a factor of `dtype` in: both
+    promoted together."""
+    return _inexact_dtype(jnp.result_type(b.dtype, dtype))

@@ -59,6 +59,11 @@ class CholeskyFactor:
     layout: Layout
     lower: bool = False
 
+    @property
+    def dtype(self):
+        """A's dtype, which solves promote b to (as jax.scipy's c)."""
+        return self.factor.dtype
+
     def __iter__(self):
         if self.a is None:  # donated: no derivatives
             convert = triangular_factor
@@ -215,10 +220,13 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     """
     del overwrite_b, check_finite
     f = c_and_lower
+    if isinstance(f, (mixed_api.MixedFactor, CholeskyFactor)):
+        b, dtype = arguments.as_array(b, "b"), f.dtype
+        if b.dtype != dtype:
+            return operators.solve_promoted(lambda r: cho_solve(f, r), b, dtype)
     if isinstance(f, mixed_api.MixedFactor):
         return mixed_api.solve_with(f, b, kind="spd")[0]
     if isinstance(f, CholeskyFactor):
-        b = arguments.rhs_like(b, f.factor.dtype)
         if f.factor.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
             nd = f.factor.ndim - 2
             vector = batching.vector_rhs(b, nd + 2, f.layout.n, "cho_solve")

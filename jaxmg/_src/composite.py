@@ -181,7 +181,7 @@ def _matrix_axes(ndim: int, ord, axis):  # noqa: A002
 def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
     """a (..., M, M) to the integer power n, like ``jnp.linalg.matrix_power``
     (repeated squaring; a negative n inverts a first, by :func:`jaxmg.inv`)."""
-    a = arguments.as_array(a, "a")
+    a = jnp.asarray(arguments.as_array(a, "a"))
     if a.ndim < 2:
         raise TypeError(f"{a.ndim}-dimensional array given. Array must be at least "
                         "two-dimensional")

@@ -10,7 +10,8 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from jaxmg._src import arguments, batching, cholesky, dispatch, failures, lu, operators, plans
+from jaxmg._src import (arguments, batching, cholesky, dispatch, failures, lu, operators, plans,
+                        sharding)
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.placement import eager_key
@@ -96,6 +97,12 @@ def _batched(fn, a, b, pos: bool):
     """fn over the batch dimensions, by jax.scipy's rule for a vector b:
     b.ndim == 1 (LU) or one dimension fewer than a (Cholesky)."""
     vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
+    n = a.shape[-1]
+    if (b.shape[-1] if vector else b.shape[-2]) != n:
+        raise ValueError(
+            f"jaxmg.solve: b of shape {tuple(b.shape)} does not fit a of shape {tuple(a.shape)}: "
+            f"b must be ({n},) or (..., {n}, K). For one vector per matrix of the batch, pass "
+            "b[..., None] and take [..., 0] of the result (JAX reads b so since 0.5)")
     return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
 
 
@@ -119,6 +126,7 @@ def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend=
     if method not in (None, "lu", "qr"):
         raise ValueError(f"jaxmg: slogdet takes method=None, 'lu' or 'qr', got {method!r}")
     a = arguments.inexact(a, "a")
+    arguments.check_square_matrices(a, "slogdet")
     if method == "qr" and jnp.iscomplexobj(a):
         raise NotImplementedError(
             "jaxmg: slogdet(method='qr') takes real matrices only (as jnp.linalg.slogdet); "
@@ -143,9 +151,12 @@ def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, s
     dimensions."""
     del overwrite_a, check_finite
     a = arguments.inexact(a, "a")
+    arguments.check_square_matrices(a, "det")
     if batching.batched(a):
         fn = functools.partial(det, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
+    if a.shape[-1] in (2, 3):  # JAX's closed forms: exact for integer entries, as there
+        return jnp.linalg.det(sharding.whole_element(a))
     return lu.det(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
 
 
@@ -158,6 +169,7 @@ def inv(a, overwrite_a=False, check_finite=True, *, assume_a="gen", tile_size=No
     del overwrite_a, check_finite
     _check_assume_a(assume_a)
     a = arguments.inexact(a, "a")
+    arguments.check_square_matrices(a, "inv")
     if batching.batched(a):
         fn = functools.partial(inv, assume_a=assume_a, tile_size=tile_size, mesh=mesh, spec=spec,
                                backend=backend, on_failure=on_failure)

@@ -58,6 +58,11 @@ class LUFactor:
     info: jax.Array
     layout: Layout
 
+    @property
+    def dtype(self):
+        """A's dtype, which solves promote b to (as jax.scipy's lu)."""
+        return self.lu.dtype
+
     def __iter__(self):
         """Unpacks as jax.scipy's ``(lu, piv)``: P A = L U with L (unit
         diagonal) and U in one (N, N) matrix, rows sharded, and the 0-based
@@ -142,10 +147,13 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     del overwrite_b, check_finite
     f = lu_and_piv
     trans = check_trans(trans)
+    if isinstance(f, (mixed_api.MixedFactor, LUFactor)):
+        b, dtype = arguments.as_array(b, "b"), f.dtype
+        if b.dtype != dtype:
+            return operators.solve_promoted(lambda r: lu_solve(f, r, trans), b, dtype)
     if isinstance(f, mixed_api.MixedFactor):
         return mixed_api.solve_with(f, b, trans, kind="general")[0]
     if isinstance(f, LUFactor):
-        b = arguments.rhs_like(b, f.lu.dtype)
         if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
             nd = f.lu.ndim - 2
             vector = batching.vector_rhs(b, nd + 2, f.layout.n, "lu_solve")

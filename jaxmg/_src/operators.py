@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import sharding
+from jaxmg._src import arguments, sharding
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import sharding_of
 
@@ -100,3 +100,19 @@ def as_rhs(b, n: int, name="b"):
             f"got {tuple(b.shape)}"
         )
     return b
+
+
+def solve_promoted(solve, b, dtype):
+    """solve(b) against a factor of `dtype`, b promoted as jax.scipy promotes
+    both: a narrower b is cast to the factor's dtype. A wider one (JAX would
+    widen the factor, whose values stay those of `dtype`) is solved in the
+    factor's precision and returned in the wider dtype; a complex b against
+    a real factor as its real and imaginary parts."""
+    b = arguments.as_array(b, "b")
+    wide = arguments.solve_dtype(b, dtype)
+    if wide == jnp.dtype(dtype):
+        return solve(b.astype(dtype))
+    if jnp.issubdtype(wide, jnp.complexfloating) and not jnp.iscomplexobj(jnp.zeros((), dtype)):
+        x_re, x_im = solve(jnp.real(b).astype(dtype)), solve(jnp.imag(b).astype(dtype))
+        return jax.lax.complex(x_re, x_im).astype(wide)
+    return solve(b.astype(dtype)).astype(wide)

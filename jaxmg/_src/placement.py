@@ -256,7 +256,10 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
     concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
     if mesh is None and concrete:
         mesh = sharding.mesh
-    if spec is None and isinstance(sharding, NamedSharding):
+    if spec is None and isinstance(sharding, NamedSharding) and (
+            mesh is None or sharding.mesh.shape == mesh.shape):
+        # a's spec names a's mesh: on another mesh= (the same devices in other
+        # axes) it says nothing, and a moves onto mesh= as a replicated input.
         spec = sharding.spec
     if mesh is None and not isinstance(a, jax.core.Tracer) and sharding is not None and len(
         sharding.device_set

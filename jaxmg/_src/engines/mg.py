@@ -224,7 +224,7 @@ class Mg(base.Engine):
         # The engine factors M = A^T = conj(A) as M = L L^H; L read row-major
         # is L^T = U with A = U^H U.
         u = sharding.unpad(_contiguous_rows(factor, layout), layout.placement, layout.n, (0, 1))
-        return failures.nan_where_failed(jnp.triu(u), info)
+        return jnp.triu(failures.nan_where_failed(u, info))  # as JAX: NaN in the triangle only
 
     def potri(self, a, layout):
         placement = layout.placement

@@ -467,7 +467,7 @@ class Mp(base.Engine):
         # The ranks factor A^T = conj(A) = L L^H; read row-major L is U.
         u = cyclic.from_cyclic(factor, layout.placement, layout.tile)
         u = sharding.unpad(u, layout.placement, layout.n, (0, 1))
-        return failures.nan_where_failed(jnp.triu(u), info)
+        return jnp.triu(failures.nan_where_failed(u, info))  # as JAX: NaN in the triangle only
 
     def lu(self, a, layout):
         return getrf(_padded(a, layout, 1), layout.placement, layout.tile)

@@ -105,6 +105,11 @@ class MixedFactor:
     def info(self):
         return self.factor_info
 
+    @property
+    def dtype(self):
+        """A's dtype (float64 or complex128), which solves promote b to."""
+        return self.a.dtype
+
     def __iter__(self):
         """Refused: jax.scipy's (c, lower) or (lu, piv) would be float64
         factors, which a mixed factor does not hold."""
