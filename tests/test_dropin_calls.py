@@ -314,6 +314,44 @@ def test_uneven_orders_eagerly_on_auto_axes(rng):
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
 
 
+HOST_GRADS = {
+    "slogdet": (lambda a, m: api.slogdet(a, mesh=m)[1], lambda a: jnp.linalg.slogdet(a)[1]),
+    "det": (lambda a, m: api.det(a, mesh=m), jnp.linalg.det),
+    "lu": (lambda a, m: api.lu(a, mesh=m)[2].sum(), lambda a: jsl.lu(a)[2].sum()),
+    "solve": (lambda a, m: api.solve(a, a[0], mesh=m).sum(), lambda a: jsl.solve(a, a[0]).sum()),
+    "inv": (lambda a, m: api.inv(a, mesh=m).sum(), lambda a: jnp.linalg.inv(a).sum()),
+    "cholesky": (lambda a, m: api.cholesky(a @ a.T, lower=True, mesh=m).sum(),
+                 lambda a: jnp.linalg.cholesky(a @ a.T).sum()),
+    "eigvalsh": (lambda a, m: api.eigvalsh(a + a.T, mesh=m)[-1],
+                 lambda a: jnp.linalg.eigvalsh(a + a.T)[-1]),
+}
+
+
+@pytest.mark.parametrize("name", list(HOST_GRADS))
+def test_eager_derivatives_of_host_inputs_with_an_explicit_mesh_argument(rng, name):
+    """jax.grad and jax.jvp of NumPy inputs, mesh= an explicit mesh, no
+    jax.set_mesh (as JAX's own tests call jnp.linalg): JAX's grad once failed
+    seeding the cotangent of the explicitly typed result."""
+    mesh_ = dropin.mesh(4, "explicit")
+    a = dropin.random(rng, (8, 8), np.float64) + 8 * np.eye(8)
+    mine, theirs = HOST_GRADS[name]
+    np.testing.assert_allclose(np.asarray(jax.grad(lambda x: mine(x, mesh_))(a)),
+                               np.asarray(jax.grad(theirs)(a)), rtol=1e-8, atol=1e-10)
+    got = jax.jvp(lambda x: mine(x, mesh_), (a,), (a.T,))
+    want = jax.jvp(theirs, (a,), (a.T,))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-8, atol=1e-10)
+
+
+def test_eager_results_of_host_inputs_stay_typed_by_the_explicit_mesh(rng):
+    """Outside a transformation the result is the explicit mesh's, so it
+    meets that mesh's arrays in the user's own operations."""
+    mesh_ = dropin.mesh(4, "explicit")
+    a = dropin.spd(rng, 8, np.float64)
+    on_mesh = jax.device_put(np.ones(8), NamedSharding(mesh_, P()))
+    x = api.solve(a, np.ones(8), mesh=mesh_)
+    np.testing.assert_allclose(np.asarray(x + on_mesh), np.linalg.solve(a, np.ones(8)) + 1)
+
+
 def test_mesh_argument_over_the_same_devices_in_other_axes(rng):
     """a sharded over axes ('x', 'y') of a 2-D mesh, mesh= a 1-D mesh of the
     same devices: a's spec names the other mesh, so a moves onto mesh=."""

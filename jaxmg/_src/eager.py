@@ -39,6 +39,9 @@ def returns_ready_on_cpus(routine):
     @functools.wraps(routine)
     def call(*args, **kwargs):
         mesh = _explicit_mesh(kwargs.get("mesh"))
+        if mesh is not None and _eager_transform_of_host_inputs(mesh, args, kwargs):
+            kwargs["mesh"] = _with_auto_axes(mesh)
+            mesh = None
         if mesh is not None:
             onto = functools.partial(_onto, mesh=mesh)
             args = tuple(onto(x) for x in args)
@@ -75,6 +78,34 @@ def _explicit_mesh(mesh):
     return mesh
 
 
+def _eager_transform_of_host_inputs(mesh, args, kwargs) -> bool:
+    """An eager grad, jvp or vmap (no jit, no jax.set_mesh) of host inputs
+    with an explicit mesh=: JAX's grad seeds the cotangent of a result typed
+    by an explicit mesh on one device outside a mesh context, and fails. Such
+    a call runs on the mesh's devices with Auto axes; its results carry no
+    type, as JAX's results of host inputs carry none."""
+    if placement.context_concrete_mesh() is not None:
+        return False
+    leaves = [x for x in jax.tree_util.tree_leaves((args, kwargs)) if x is not mesh]
+    tracers = [x for x in leaves if isinstance(x, jax.core.Tracer)]
+    arrays = [x for x in leaves if getattr(x, "ndim", 0) > 0]
+    return bool(tracers) and all(_over_values(x) for x in tracers) and all(map(_loose, arrays))
+
+
+def _over_values(x) -> bool:
+    """A tracer of an eager transformation (over values), not of a jit."""
+    while isinstance(x, jax.core.Tracer):
+        inner = getattr(x, "primal", getattr(x, "val", None))
+        if inner is None:
+            return False
+        x = inner
+    return True
+
+
+def _with_auto_axes(mesh: Mesh) -> Mesh:
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(mesh.axis_names))
+
+
 def _onto(x, mesh: Mesh):
     """x replicated on mesh where it is a host array, an uncommitted
     one-device array or a traced one whose type names no mesh (jit's or
@@ -82,11 +113,15 @@ def _onto(x, mesh: Mesh):
     anything else as it is."""
     if isinstance(x, tuple) and not hasattr(x, "_fields"):
         return tuple(_onto(e, mesh) for e in x)
+    return jax.device_put(x, NamedSharding(mesh, P())) if _loose(x) else x
+
+
+def _loose(x) -> bool:
+    """A host array, an uncommitted one-device array or a traced one whose
+    type names no mesh: an input no mesh holds yet."""
     if isinstance(x, jax.core.Tracer):
         typed = getattr(jax.typeof(x), "sharding", None)
-        loose = typed is not None and typed.mesh.empty and x.ndim > 0
-    elif isinstance(x, jax.Array):
-        loose = not x.committed and len(x.sharding.device_set) == 1
-    else:
-        loose = isinstance(x, np.ndarray) and x.ndim > 0
-    return jax.device_put(x, NamedSharding(mesh, P())) if loose else x
+        return typed is not None and typed.mesh.empty and x.ndim > 0
+    if isinstance(x, jax.Array):
+        return not x.committed and len(x.sharding.device_set) == 1
+    return isinstance(x, np.ndarray) and x.ndim > 0
