@@ -609,3 +609,25 @@ def test_gram_defaults_reach_cond_100_over_many_panels(rng):
     assert not np.asarray(info.fallback).any() and int(info.factor_info) == 0
     assert np.asarray(info.iterations).max() <= 15
     close(x, a, b)
+
+
+@pytest.mark.parametrize("routine", ["solve pos", "solve gen", "cho_factor"])
+def test_jit_and_vmap_with_a_mesh_of_auto_axes(rng, routine):
+    """mesh= a mesh of Auto axes under the user's jit, and under eager vmap:
+    the traced a was placed by reshard, which takes explicit axes only."""
+    from jax.sharding import AxisType, NamedSharding
+
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,))
+    a = spd(rng) if routine != "solve gen" else general(rng)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    calls = {
+        "solve pos": lambda a, b: jaxmg.solve(a, b, assume_a="pos", mesh=mesh, precision="mixed"),
+        "solve gen": lambda a, b: jaxmg.solve(a, b, mesh=mesh, precision="mixed"),
+        "cho_factor": lambda a, b: jaxmg.cho_solve(
+            jaxmg.cho_factor(a, mesh=mesh, precision="mixed"), b),
+    }
+    rows = jax.device_put(a, NamedSharding(mesh, P("x", None)))
+    close(jax.jit(calls[routine])(rows, b), a, b)
+    close(jax.jit(calls[routine])(a, b), a, b)
+    xs = jax.vmap(calls[routine], in_axes=(0, None))(np.stack([a, 2 * a]), b)
+    close(xs[1], 2 * a, b)

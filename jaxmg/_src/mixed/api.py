@@ -262,6 +262,8 @@ def _placed(x, rows: placement.Rows, mesh, spec):
         return x
     want = jax.sharding.NamedSharding(mesh, spec)
     if arguments.is_traced(x):
+        if all(t == jax.sharding.AxisType.Auto for t in mesh.axis_types):
+            return jax.lax.with_sharding_constraint(x, want)  # reshard takes explicit axes only
         return jax.sharding.reshard(x, want)
     if isinstance(x, jax.Array) and x.sharding.is_equivalent_to(want, x.ndim):
         return x
