@@ -1,5 +1,7 @@
 """jaxmg: distributed dense linear algebra for JAX across several devices."""
 
+import importlib as _importlib
+
 from jaxmg._src.cholesky import (
     CholeskyFactor,
     cho_factor,
@@ -74,3 +76,8 @@ __all__ = [
     "tensorinv",
     "tensorsolve",
 ]
+
+# The drop-in namespaces, as `import jax` gives jax.numpy and jax.scipy.
+for _namespace in ("numpy", "scipy"):
+    _importlib.import_module(f"jaxmg.{_namespace}")
+del _namespace

@@ -352,6 +352,54 @@ def test_eager_results_of_host_inputs_stay_typed_by_the_explicit_mesh(rng):
     np.testing.assert_allclose(np.asarray(x + on_mesh), np.linalg.solve(a, np.ones(8)) + 1)
 
 
+OWN_MATRIX_CALLS = {
+    "solve": (lambda ns, a, b: ns.solve(a, b)),
+    "solve pos": (lambda ns, a, b: jsl_or_mine(ns).solve(a, b, assume_a="pos")),
+    "inv": (lambda ns, a, b: ns.inv(a)),
+    "det": (lambda ns, a, b: ns.det(a)),
+    "slogdet": (lambda ns, a, b: ns.slogdet(a)[1]),
+    "cholesky": (lambda ns, a, b: ns.cholesky(a)),
+    "eigh": (lambda ns, a, b: ns.eigh(a)[0]),
+    "cho_solve": (lambda ns, a, b: jsl_or_mine(ns).cho_solve(jsl_or_mine(ns).cho_factor(a), b)),
+    "lu_solve": (lambda ns, a, b: jsl_or_mine(ns).lu_solve(jsl_or_mine(ns).lu_factor(a), b)),
+    "cho_solve of jax's pair": (lambda ns, a, b: jsl_or_mine(ns).cho_solve(jsl.cho_factor(a), b)),
+    "lu_solve of jax's pair": (lambda ns, a, b: jsl_or_mine(ns).lu_solve(jsl.lu_factor(a), b)),
+    "lstsq": (lambda ns, a, b: ns.lstsq(a, b)[0]),
+    "lu": (lambda ns, a, b: jsl_or_mine(ns).lu(a)[2]),
+    "solve_triangular": (lambda ns, a, b: jsl_or_mine(ns).solve_triangular(a, b, lower=True)),
+    "qr": (lambda ns, a, b: jnp.abs(ns.qr(a)[1])),
+    "svdvals": (lambda ns, a, b: ns.svd(a, compute_uv=False)),
+}
+
+
+def jsl_or_mine(ns):
+    import jaxmg.scipy.linalg as msl
+
+    return jsl if ns is jnp.linalg else msl
+
+
+@pytest.mark.parametrize("name", list(OWN_MATRIX_CALLS))
+def test_each_device_solves_its_own_matrix_inside_shard_map(rng, name):
+    """The data-parallel pattern: inside the user's shard_map (and pmap) each
+    device solves its own whole system, as with jax.scipy (jaxmg's
+    namespaces once refused it as a row block)."""
+    import jaxmg.numpy.linalg as mnp
+
+    mesh_ = dropin.mesh(8)
+    a = np.stack([dropin.spd(rng, 6, np.float64) for _ in range(8)])
+    b = dropin.random(rng, (8, 6, 2), np.float64)
+    call = OWN_MATRIX_CALLS[name]
+
+    def per_device(ns):
+        return jax.jit(jax.shard_map(lambda a, b: call(ns, a[0], b[0])[None], mesh=mesh_,
+                                     in_specs=(P("x"), P("x")), out_specs=P("x")))
+
+    want = np.asarray(per_device(jnp.linalg)(a, b))
+    np.testing.assert_allclose(np.asarray(per_device(mnp)(a, b)), want, rtol=1e-10, atol=1e-12)
+    if name == "solve":
+        np.testing.assert_allclose(np.asarray(jax.pmap(mnp.solve)(a, b)), want, rtol=1e-10)
+
+
 def test_mesh_argument_over_the_same_devices_in_other_axes(rng):
     """a sharded over axes ('x', 'y') of a 2-D mesh, mesh= a 1-D mesh of the
     same devices: a's spec names the other mesh, so a moves onto mesh=."""

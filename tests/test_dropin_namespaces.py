@@ -9,6 +9,7 @@ With JAXMG_DROPIN_REFERENCE=1 the namespaces are JAX's own."""
 from __future__ import annotations
 
 import inspect
+import os
 
 import jax
 import jax.numpy as jnp
@@ -208,3 +209,21 @@ def test_top_level_qr_reads_scipy_keywords_as_scipy(call):
         jaxmg.qr(a, pivoting=False, return_info=True)
     with pytest.raises(ValueError, match="mode"):
         jaxmg.qr(a, mode="economic")
+
+
+def test_import_jaxmg_gives_both_namespaces():
+    """As `import jax` gives jax.numpy.linalg and jax.scipy.linalg (in a fresh
+    interpreter: this one has imported them already)."""
+    import pathlib
+    import subprocess
+    import sys
+
+    import jaxmg
+
+    code = "import jaxmg; print(jaxmg.numpy.linalg.solve.__module__, jaxmg.scipy.linalg.solve)"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu",
+           "PYTHONPATH": str(pathlib.Path(jaxmg.__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "jaxmg.numpy.linalg" in out.stdout

@@ -141,7 +141,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
         return plan(a, b)
     arguments.check_rank2(a, "a")
     dtype = arguments.check_dtype(a, "a", "cholesky")
-    placement = resolve_placement(a, mesh, spec, "a")
+    placement = resolve_placement(a, mesh, spec, "a", row_blocks=True)
     n = check_square(a, placement, "a")
     b = arguments.as_array(b, "b")
     rows = (a.shape[0], n) if placement.manual else (n,)
@@ -201,7 +201,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
         fn = functools.partial(cho_factor, lower=lower, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend, on_failure=on_failure)
         return batching.broadcast_map(fn, (a,), (2,))
-    layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cho_factor")
+    layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend)
     f = factorise(upper_read(a, lower, layout), layout, donate=donate)
     failures.report(f.info, on_failure, failures.NOT_SPD)
     return dataclasses.replace(f, lower=lower) if lower else f
@@ -305,7 +305,7 @@ def cholesky(a, lower=_LOWER_NOT_GIVEN, overwrite_a=False, check_finite=True, *,
         fn = functools.partial(cholesky, symmetrize_input=symmetrize_input, tile_size=tile_size,
                                mesh=mesh, spec=spec, backend=backend, **side)
         return batching.broadcast_map(fn, (a,), (2,))
-    layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend, "cholesky")
+    layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend)
     if layout.placement is BATCH_ELEMENT:  # JAX's solver takes it whole
         a = sharding.whole_element(a)
     if symmetrize_input and layout.n:
@@ -404,7 +404,7 @@ def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_inf
         return plan(a)
     arguments.check_rank2(a, "a")
     arguments.check_dtype(a, "a", "cholesky")
-    placement = resolve_placement(a, mesh, spec, "a")
+    placement = resolve_placement(a, mesh, spec, "a", row_blocks=True)
     n = check_square(a, placement, "a")
     engine = dispatch.choose("potri", n, placement, backend)
     if placement.manual:
@@ -426,7 +426,7 @@ def spd_inverse(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_f
     key = eager_key((a,), "inv", tile, mesh, spec, backend, on_failure)
 
     def make():
-        layout = dispatch.matrix_layout(a, "potri", tile_size, mesh, spec, backend, "inv")
+        layout = dispatch.matrix_layout(a, "potri", tile_size, mesh, spec, backend)
         program = functools.partial(spd_inverse_program, layout=layout, with_info=True)
         return failures.reporting(program, on_failure, failures.NOT_SPD)
 

@@ -132,10 +132,11 @@ def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> b
 def _check_batch_element(placement: Placement, backend: str) -> None:
     if placement is BATCH_ELEMENT and backend not in ("auto", "jax"):
         raise ValueError(
-            f"jaxmg: backend={backend!r} spreads one matrix over devices, but these matrices "
-            "are a batch sharded along its batch axis: each lies whole on its devices. Use "
-            "backend='auto' (JAX's solver where each matrix lies), or shard each matrix's rows "
-            "and loop over the batch"
+            f"jaxmg: backend={backend!r} spreads one matrix over devices, but here each matrix "
+            "lies whole on its devices (a batch sharded along its batch axis, or a device's own "
+            "matrix inside shard_map). Use backend='auto' (JAX's solver where each matrix lies); "
+            "or shard each matrix's rows and loop over the batch; inside shard_map, "
+            "jaxmg.potrs, potri and syevd take a matrix's row blocks"
         )
 
 
@@ -158,8 +159,6 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
     if backend == "mp":
         mp.check(placement, what, instead="'jax'")
         return mp.ENGINE
-    if placement.manual:
-        raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")
     return native.ENGINE
 
 
@@ -184,25 +183,20 @@ def _machines(placement: Placement) -> int:
 JAX_PRIMITIVE = {"potrs": "cholesky", "potri": "cholesky", "getrf": "lu", "syevd": "eigh"}
 
 
-def matrix_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> base.Layout:
+def matrix_layout(a, routine: str, tile_size, mesh, spec, backend) -> base.Layout:
     """The checks of a square matrix argument of the jax.scipy-style API, then
-    its layout (`what` names the function in messages)."""
+    its layout."""
     arguments.check_rank2(a, "a")
     arguments.check_dtype(a, "a", JAX_PRIMITIVE[routine])
     tile = arguments.check_tile(tile_size)
     placement = resolve_placement(a, mesh, spec, "a")
-    if placement.manual:
-        raise ValueError(
-            f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block; inside "
-            "shard_map use jaxmg.potrs, jaxmg.potri or jaxmg.syevd on the blocks"
-        )
     n = check_square(a, placement, "a")
     return layout(routine, n, placement, tile, backend, jnp.dtype(a.dtype).itemsize)
 
 
-def cached_layout(a, routine: str, tile_size, mesh, spec, backend, what: str) -> base.Layout:
+def cached_layout(a, routine: str, tile_size, mesh, spec, backend) -> base.Layout:
     """matrix_layout, kept as an eager call's plan: a factorisation repeated on
     arrays of the same sharding, shape and dtype skips the checks."""
     key = eager_key((a,), "layout", routine, arguments.check_tile(tile_size), mesh, spec, backend)
     return plans.find_or_make(key, lambda: matrix_layout(a, routine, tile_size, mesh, spec,
-                                                         backend, what))
+                                                         backend))

@@ -79,7 +79,7 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
         return plan(a)
     arguments.check_rank2(a, "a")
     arguments.check_dtype(a, "a", "eigh")
-    placement = resolve_placement(a, mesh, spec, "a")
+    placement = resolve_placement(a, mesh, spec, "a", row_blocks=True)
     n = check_square(a, placement, "a")
     engine = dispatch.choose("syevd", n, placement, backend)
     if placement.manual:
@@ -221,7 +221,7 @@ def _plan(a, vectors: bool, read: str, tile_size, mesh, spec, backend, on_failur
     key = eager_key((a,), "eigh", vectors, read, tile, mesh, spec, backend, on_failure)
 
     def make():
-        layout = dispatch.matrix_layout(a, "syevd", tile_size, mesh, spec, backend, "eigh")
+        layout = dispatch.matrix_layout(a, "syevd", tile_size, mesh, spec, backend)
         read_ = _read_across_processes(read, layout)
         program = functools.partial(eigen_program, layout=layout, vectors=vectors, read=read_)
         return failures.reporting(program, on_failure, failures.NO_CONVERGENCE)

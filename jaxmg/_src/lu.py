@@ -30,7 +30,7 @@ from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import in_sharded_batch, resolve_placement
+from jaxmg._src.placement import resolve_placement, whole_on_its_devices
 
 
 @functools.partial(
@@ -113,8 +113,8 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
                                backend=backend, on_failure=on_failure)
         return batching.broadcast_map(fn, (a,), (2,))
     if a.ndim == 2 and a.shape[0] != a.shape[1]:
-        return _rectangular_lu_factor(a, placement=_whole_matrix(a, mesh, spec, "lu_factor"))
-    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu_factor")
+        return _rectangular_lu_factor(a, placement=_whole_matrix(a, mesh, spec))
+    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
     f = factorise(a, layout, donate=donate)
     failures.report(f.info, on_failure, failures.SINGULAR)
     return f
@@ -197,22 +197,19 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
                                spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
     if a.ndim == 2 and a.shape[0] != a.shape[1]:
-        return _rectangular_lu(a, placement=_whole_matrix(a, mesh, spec, "lu"),
+        return _rectangular_lu(a, placement=_whole_matrix(a, mesh, spec),
                                permute_l=permute_l)
-    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "lu")
+    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
     p, l_, u = _plu(a, layout=layout)
     if permute_l:
         return sharding.matmul(p, l_, layout.placement, layout.row_spec), u
     return p, l_, u
 
 
-def _whole_matrix(a, mesh, spec, what: str):
+def _whole_matrix(a, mesh, spec):
     """The placement of a rectangular a, which JAX's LU factors whole."""
     arguments.check_dtype(a, "a", "lu")
-    placement = resolve_placement(a, mesh, spec, "a")
-    if placement.manual:
-        raise ValueError(f"jaxmg.{what} takes the global (sharded) matrix, not a shard_map block")
-    return placement
+    return resolve_placement(a, mesh, spec, "a")
 
 
 @functools.partial(jax.jit, static_argnames=("placement", "permute_l"))
@@ -227,9 +224,9 @@ def _rectangular_lu_factor(a, *, placement):
 
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
     """det a from an LU factorisation (see jaxmg.det)."""
-    if in_sharded_batch(a):
+    if whole_on_its_devices(a):
         return jnp.linalg.det(sharding.whole_element(a))  # as slogdet
-    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend, "det")
+    layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
     return _det(layout, a)
 
 
@@ -244,7 +241,7 @@ def solve_gen_x(a, b, *, layout, b_sharded):
 
 def slogdet(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
     """(sign, log|det a|) from an LU factorisation, differentiable."""
-    if in_sharded_batch(a):
+    if whole_on_its_devices(a):
         # Each matrix lies on its devices, where JAX's solver runs anyway; and
         # vmap over a batch sharded on explicit mesh axes takes JAX's slogdet
         # but not this module's jitted programs (jax 0.10).
@@ -256,7 +253,7 @@ def slogdet(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
 
 def inv(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
     """a's inverse by LU solves against the identity, row-sharded like a."""
-    if in_sharded_batch(a):
+    if whole_on_its_devices(a):
         failures.check_on_failure(on_failure)
         x, info = _inverse_without_gathers(sharding.whole_element(a))
         failures.report(info, on_failure, failures.SINGULAR)

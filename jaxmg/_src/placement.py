@@ -165,11 +165,16 @@ def _underlying_sharding(x):
     return sharding.mesh, P(*_batch_entries(x, levels)[0])
 
 
-def in_sharded_batch(x) -> bool:
-    """Whether x is an element of a batch under vmap whose batch axis is
+def whole_on_its_devices(x) -> bool:
+    """Whether x lies whole where it is solved, one of many matrices: a
+    device's own inside shard_map (or pmap), solved there as jax.scipy
+    solves it, or an element of a batch under vmap whose batch axis is
     sharded over devices. The element's own type no longer says: the batched
     array's does (its type under explicit sharding, or the concrete array
     under eager transformations, whose spec still holds every batch axis)."""
+    context = _context_mesh()
+    if context is not None and context.manual_axes:
+        return True
     levels, base = _peel(x)
     for d, value in levels:
         spec = getattr(sharding_of(value), "spec", None)
@@ -197,14 +202,18 @@ def context_concrete_mesh():
     return None if mesh is None or mesh.empty else mesh
 
 
-def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a") -> Placement:
-    """Reads the mesh and row axis from the arguments, a's sharding or the context."""
+def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
+                      row_blocks: bool = False) -> Placement:
+    """Reads the mesh and row axis from the arguments, a's sharding or the
+    context. Inside the caller's shard_map (or pmap) a is a device's block of
+    rows where `row_blocks` (potrs, potri, syevd), else the device's own
+    matrix, solved where it lies as jax.scipy solves it there."""
     if spec is not None and not isinstance(spec, P):
         raise TypeError(f"jaxmg: spec must be a jax.sharding.PartitionSpec, got {spec!r}")
     abstract = _context_mesh()
     if abstract is not None and abstract.manual_axes:
-        return _manual_placement(abstract, mesh, spec, name)
-    if in_sharded_batch(a):
+        return _manual_placement(abstract, mesh, spec, name) if row_blocks else BATCH_ELEMENT
+    if whole_on_its_devices(a):
         return BATCH_ELEMENT
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
@@ -257,7 +266,7 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
     if mesh is None and concrete:
         mesh = sharding.mesh
     if spec is None and isinstance(sharding, NamedSharding) and (
-            mesh is None or sharding.mesh.shape == mesh.shape):
+            getattr(mesh, "shape", sharding.mesh.shape) == sharding.mesh.shape):
         # a's spec names a's mesh: on another mesh= (the same devices in other
         # axes) it says nothing, and a moves onto mesh= as a replicated input.
         spec = sharding.spec
