@@ -2,6 +2,7 @@
 
 import importlib as _importlib
 
+from jaxmg._src import eager as _eager
 from jaxmg._src.cholesky import (
     CholeskyFactor,
     cho_factor,
@@ -76,6 +77,9 @@ __all__ = [
     "tensorinv",
     "tensorsolve",
 ]
+
+# XLA:CPU's pool, two threads per device, before JAX starts (see eager.py).
+_eager.widen_cpu_pool()
 
 # The drop-in namespaces, as `import jax` gives jax.numpy and jax.scipy.
 for _namespace in ("numpy", "scipy"):

@@ -16,12 +16,15 @@ rendezvous), so calls dispatched without waiting fill the queues until
 blocked launches hold the threads the call's last devices need, and the call
 stalls until its timeout (XLA's own psum aborts the process the same way).
 Waiting for each eager call keeps at most one such call in flight per Python
-thread. A jitted program holding jaxmg calls is dispatched by JAX alone; the
-README's known limits say what it needs."""
+thread. A jitted program holding jaxmg calls is dispatched by JAX alone: it
+needs a pool of two threads per device, which jaxmg asks for (PJRT_NPROC)
+when it is imported before JAX starts its CPU devices."""
 
 from __future__ import annotations
 
 import functools
+import os
+import re
 
 import jax
 import numpy as np
@@ -125,3 +128,27 @@ def _loose(x) -> bool:
     if isinstance(x, jax.Array):
         return not x.committed and len(x.sharding.device_set) == 1
     return isinstance(x, np.ndarray) and x.ndim > 0
+
+
+POOL_VARIABLE = "PJRT_NPROC"
+
+
+def widen_cpu_pool() -> None:
+    """Sets PJRT_NPROC to two threads per CPU device (at least the cores)
+    where JAX has not started its devices yet and nobody set it; several
+    devices forced by XLA_FLAGS or jax_num_cpu_devices only."""
+    if POOL_VARIABLE in os.environ or _backends_started():
+        return
+    devices = jax.config.jax_num_cpu_devices
+    if devices < 1:
+        forced = re.search(r"--xla_force_host_platform_device_count=(\d+)",
+                           os.environ.get("XLA_FLAGS", ""))
+        devices = int(forced.group(1)) if forced else 1
+    if devices > 1:
+        os.environ[POOL_VARIABLE] = str(max(len(os.sched_getaffinity(0)), 2 * devices))
+
+
+def _backends_started() -> bool:
+    from jax._src import xla_bridge
+
+    return bool(getattr(xla_bridge, "_backends", None))
