@@ -10,8 +10,7 @@ import typing
 import jax
 import jax.numpy as jnp
 
-from jaxmg._src import (arguments, batching, cholesky, dispatch, failures, lu, operators, plans,
-                        sharding)
+from jaxmg._src import arguments, batching, cholesky, dispatch, failures, lu, operators, plans
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.placement import eager_key
@@ -155,8 +154,6 @@ def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, s
     if batching.batched(a):
         fn = functools.partial(det, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
-    if a.shape[-1] in (2, 3):  # JAX's closed forms: exact for integer entries, as there
-        return jnp.linalg.det(sharding.whole_element(a))
     return lu.det(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
 
 

@@ -224,8 +224,10 @@ def _rectangular_lu_factor(a, *, placement):
 
 def det(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
     """det a from an LU factorisation (see jaxmg.det)."""
-    if whole_on_its_devices(a):
-        return jnp.linalg.det(sharding.whole_element(a))  # as slogdet
+    if whole_on_its_devices(a) or a.shape[-1] in (2, 3):
+        # As slogdet; and JAX's closed forms for orders 2 and 3, exact for
+        # integer entries.
+        return jnp.linalg.det(sharding.whole_element(a))
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
     return _det(layout, a)
 

@@ -211,8 +211,8 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     if spec is not None and not isinstance(spec, P):
         raise TypeError(f"jaxmg: spec must be a jax.sharding.PartitionSpec, got {spec!r}")
     abstract = _context_mesh()
-    if abstract is not None and abstract.manual_axes:
-        return _manual_placement(abstract, mesh, spec, name) if row_blocks else BATCH_ELEMENT
+    if row_blocks and abstract is not None and abstract.manual_axes:
+        return _manual_placement(abstract, mesh, spec, name)
     if whole_on_its_devices(a):
         return BATCH_ELEMENT
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
