@@ -112,7 +112,7 @@ def solve_promoted(solve, b, dtype):
     wide = arguments.solve_dtype(b, dtype)
     if wide == jnp.dtype(dtype):
         return solve(b.astype(dtype))
-    if jnp.issubdtype(wide, jnp.complexfloating) and not jnp.iscomplexobj(jnp.zeros((), dtype)):
+    if jnp.issubdtype(wide, jnp.complexfloating) and not jnp.issubdtype(dtype, jnp.complexfloating):
         x_re, x_im = solve(jnp.real(b).astype(dtype)), solve(jnp.imag(b).astype(dtype))
         return jax.lax.complex(x_re, x_im).astype(wide)
     return solve(b.astype(dtype)).astype(wide)
