@@ -400,6 +400,20 @@ def test_each_device_solves_its_own_matrix_inside_shard_map(rng, name):
         np.testing.assert_allclose(np.asarray(jax.pmap(mnp.solve)(a, b)), want, rtol=1e-10)
 
 
+@pytest.mark.parametrize("name", ["solve", "inv", "eigh"])
+def test_a_row_block_inside_shard_map_is_refused_naming_potrs(rng, name):
+    import jaxmg.numpy.linalg as mnp
+
+    mesh_ = dropin.mesh(8)
+    a = dropin.place(dropin.spd(rng, 16, np.float64), ROWS, mesh_)
+    calls = {"solve": lambda x: mnp.solve(x, x[:, :1]), "inv": mnp.inv,
+             "eigh": lambda x: mnp.eigh(x)[0]}
+    body = jax.shard_map(calls[name], mesh=mesh_, in_specs=P("x", None), out_specs=P("x"),
+                         check_vma=False)
+    with pytest.raises(ValueError, match=r"\(2, 16\).*inside shard_map.*jaxmg.potrs"):
+        jax.jit(body)(a)
+
+
 def test_mesh_argument_over_the_same_devices_in_other_axes(rng):
     """a sharded over axes ('x', 'y') of a 2-D mesh, mesh= a 1-D mesh of the
     same devices: a's spec names the other mesh, so a moves onto mesh=."""

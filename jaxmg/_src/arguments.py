@@ -24,8 +24,18 @@ def check_square_matrices(a, routine: str, name: str = "a") -> None:
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(
             f"jaxmg.{routine}: {name} must be a square matrix or a batch of them, of shape "
-            f"(..., N, N), got {tuple(a.shape)}"
+            f"(..., N, N), got {tuple(a.shape)}{shard_map_hint()}"
         )
+
+
+def shard_map_hint() -> str:
+    """What a refusal of a non-square matrix adds inside shard_map, where a
+    device's block of rows is the likely cause."""
+    if not jax.sharding.get_abstract_mesh().manual_axes:
+        return ""
+    return ("; inside shard_map the jax.scipy-style routines take each device's own square "
+            "matrix, as jax.scipy does: for a matrix whose rows are spread over the devices, "
+            "call jaxmg.potrs, potri or syevd on the row blocks")
 
 
 class UnsupportedDtypeError(TypeError, NotImplementedError):

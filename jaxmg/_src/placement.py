@@ -12,7 +12,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxmg._src import processes
+from jaxmg._src import arguments, processes
 
 @dataclasses.dataclass(frozen=True)
 class Placement:
@@ -59,7 +59,8 @@ def check_square(a, placement: Placement, name: str = "a") -> int:
                 f"block, got shape {tuple(a.shape)}"
             )
     elif rows != cols:
-        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}")
+        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}"
+                         f"{arguments.shard_map_hint()}")
     return int(cols)
 
 
