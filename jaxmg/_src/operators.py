@@ -107,8 +107,8 @@ def solve_promoted(solve, b, dtype):
     both: a narrower b is cast to the factor's dtype. A wider one (JAX would
     widen the factor, whose values stay those of `dtype`) is solved in the
     factor's precision and returned in the wider dtype; a complex b against
-    a real factor as its real and imaginary parts."""
-    b = arguments.as_array(b, "b")
+    a real factor as its real and imaginary parts. b: an array (the
+    callers' as_array made it one)."""
     wide = arguments.solve_dtype(b, dtype)
     if wide == jnp.dtype(dtype):
         return solve(b.astype(dtype))
