@@ -616,7 +616,7 @@ def test_jit_and_vmap_with_a_mesh_of_auto_axes(rng):
     the traced a was placed by reshard, which takes explicit axes only."""
     from jax.sharding import AxisType, NamedSharding
 
-    mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,))
+    mesh = jax.make_mesh((2,), ("x",), axis_types=(AxisType.Auto,), devices=helpers.devices(2))
     a, g = spd(rng), general(rng)
     b = helpers.random_matrix(rng, N, np.float64, 2)
     rows = jax.device_put(a, NamedSharding(mesh, P("x", None)))
