@@ -31,13 +31,16 @@ PRECISIONS = ("highest", "mixed")
 # 3 more bits than BF16 save a refinement step at cond 10 (N=32768: 82.5 ms
 # against 90.5) and factor cond 1e4 at once, where BF16 failed and factored
 # again. Where FP16 cannot factor the matrix it factors again with BF16x3
-# updates (float32-like accuracy on tensor cores). LU: BF16's pivot growth
-# left refinement at 22-30 steps even at cond 10, and so did TF32's on U S V^T
-# matrices at N=16384 and 32768 (it converged in 4 on W / sqrt(N) + 3 I), so
-# BF16x3 from the start; right-looking, U12 as a GEMM with the inverse of
-# L11 (525 ms against 565 with the triangular solve at N=32768, 143 against
-# 151 at 16384), panels of 4096 columns, 2048 up to N=16384 (131 ms there):
-# its program grows with (N / nb)^2 blocks, and so does its compile time.
+# updates (float32-like accuracy on tensor cores). Where FP16's factor does
+# not refine, a BF16x3 one does not either (it too fell back from cond 1e6,
+# tools/spd_update_probe.py), so that case goes to float64 at once.
+# LU: BF16's pivot growth left refinement at 22-30 steps even at cond 10,
+# and so did TF32's on U S V^T matrices at N=16384 and 32768 (it converged
+# in 4 on W / sqrt(N) + 3 I), so BF16x3 from the start; right-looking, U12
+# as a GEMM with the inverse of L11 (525 ms against 565 with the triangular
+# solve at N=32768, 143 against 151 at 16384), panels of 4096 columns, 2048
+# up to N=16384 (131 ms there): its program grows with (N / nb)^2 blocks,
+# and so does its compile time.
 SPD = dict(block_size=2048, update="fp16", panel="float32", variant="left", panel_solve="inverse")
 GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
                panel_solve="inverse")
