@@ -1,14 +1,15 @@
-"""Times the mixed SPD solve's factor at its two update precisions on
+"""Times the mixed SPD solve's factor at several update precisions on
 ill-conditioned matrices: what jaxmg.solve(..., assume_a="pos",
 precision="mixed") runs (FP16 trailing updates, factored again with BF16x3
 ones only where FP16's factorisation fails), the same solve factored with
-BF16x3 updates from the start, and JAX native float64 Cholesky, on the
+each of --updates from the start, and JAX native float64 Cholesky, on the
 benchmark's matrices of prescribed condition number, one right-hand side.
-It answers whether a second, BF16x3 factorisation where FP16's refinement
-does not converge would beat the float64 fallback.
+It answers whether a second, more accurate factorisation where FP16's
+refinement does not converge would beat the float64 fallback.
 
     PYTHONPATH=. python tools/spd_update_probe.py [--sizes 16384 32768]
-        [--conds 1e4 1e5 1e6 1e7] [--repeats 3] [--budget 420]
+        [--conds 1e4 1e5 1e6 1e7] [--updates bf16x3 bf16x6 tf32x3] [--repeats 3]
+        [--budget 420]
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error) and writes
@@ -58,12 +59,8 @@ def public(a, b):
     return jaxmg.solve(a, b, assume_a="pos", precision="mixed", return_info=True)
 
 
-@jax.jit
-def bf16x3(a, b):
-    return solvers.spd_solve(a, b, **dict(api.SPD, update="bf16x3"))
-
-
-IMPLS = {"jax native": native, "mixed (fp16, the default)": public, "mixed, bf16x3 updates": bf16x3}
+def factored_with(update: str):
+    return jax.jit(lambda a, b: solvers.spd_solve(a, b, **dict(api.SPD, update=update)))
 
 
 @jax.jit
@@ -76,15 +73,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768])
     parser.add_argument("--conds", type=float, nargs="+", default=[1e4, 1e5, 1e6, 1e7])
+    parser.add_argument("--updates", nargs="+", default=["bf16x3"],
+                        help="update precisions to factor with from the start (precision.UPDATES)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--budget", type=float, default=420, help="seconds before skipping the rest")
     args = parser.parse_args()
+    impls = {"jax native": native, "mixed (fp16, the default)": public}
+    impls.update({f"mixed, {u} updates": factored_with(u) for u in args.updates})
     rows = []
     for n in args.sizes:
         for cond in args.conds:
             a = jax.jit(lambda seed: matrices.conditioned(n, "float64", "spd", cond, seed))(n)
             b = jax.random.normal(jax.random.key(1), (n,), jnp.float64)
-            for name, fn in IMPLS.items():
+            for name, fn in impls.items():
                 if time.monotonic() - START > args.budget:
                     print(f"budget spent: N={n} cond={cond:g} {name} skipped", flush=True)
                     continue

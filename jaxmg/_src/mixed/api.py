@@ -32,8 +32,9 @@ PRECISIONS = ("highest", "mixed")
 # against 90.5) and factor cond 1e4 at once, where BF16 failed and factored
 # again. Where FP16 cannot factor the matrix it factors again with BF16x3
 # updates (float32-like accuracy on tensor cores). Where FP16's factor does
-# not refine, a BF16x3 one does not either (it too fell back from cond 1e6,
-# tools/spd_update_probe.py), so that case goes to float64 at once.
+# not refine, a BF16x3, BF16x6 or TF32x3 one does not either (they too fell
+# back at cond 1e6, tools/spd_update_probe.py), so that case goes to float64
+# at once.
 # LU: BF16's pivot growth left refinement at 22-30 steps even at cond 10,
 # and so did TF32's on U S V^T matrices at N=16384 and 32768 (it converged
 # in 4 on W / sqrt(N) + 3 I), so BF16x3 from the start; right-looking, U12
