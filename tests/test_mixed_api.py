@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax.extend.core import jaxprs_in_params
 from jax.sharding import PartitionSpec as P
 
 import helpers
@@ -570,6 +571,44 @@ def test_gram_route_of_a_singular_matrix_fails_like_float64(rng, gram_route):
     assert int(info.info) > 0 and np.isnan(np.asarray(x)).all()
     with pytest.raises(jaxmg.LinAlgError, match="singular"):
         jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed", on_failure="raise"), np.ones(N))
+
+
+def _dot_precisions(jaxpr, found):
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for inner in jaxprs_in_params(eqn.params):
+            _dot_precisions(inner, found)
+    return found
+
+
+@pytest.mark.parametrize("sharded", [False, True], ids=["one device", "rows sharded"])
+@pytest.mark.parametrize("route", ["spd", "gram", "blocked lu"])
+def test_every_product_of_a_mixed_solve_names_its_precision(rng, monkeypatch, route, sharded):
+    """No product runs at JAX's default precision, which on a GPU is TF32
+    (10 bits) for float32 operands and would cap what refinement reaches:
+    each names XLA's algorithm for the updates or Precision.HIGHEST. CPUs
+    compute the default in float32, so only the programs can show it."""
+    from jaxmg._src.mixed import api
+
+    monkeypatch.setattr(api, "GRAM_FROM", N if route == "gram" else 10 * N)
+    a, b = (spd(rng) if route == "spd" else general(rng)), helpers.random_matrix(rng, N, np.float64, 2)
+    if sharded:
+        a = helpers.rows(a, helpers.mesh(2))
+    factor, solve = ((jaxmg.cho_factor, jaxmg.cho_solve) if route == "spd"
+                     else (jaxmg.lu_factor, jaxmg.lu_solve))
+
+    def solves(a, b):
+        f = factor(a, precision="mixed")
+        adjoint = () if route == "spd" else (solve(f, b, trans=2),)
+        return solve(f, b), *adjoint, jaxmg.solve(a, b, assume_a="pos" if route == "spd" else "gen",
+                                                  precision="mixed")
+
+    jaxpr = jax.make_jaxpr(lambda a, b: jax.jvp(solves, (a, b), (a, b)))(a, b)
+    precisions = _dot_precisions(jaxpr.jaxpr, [])
+    assert precisions
+    default = jax.lax.Precision.DEFAULT
+    assert not [p for p in precisions if p is None or p == (default, default)], precisions
 
 
 @pytest.mark.parametrize("n", [N, N - 1])  # N - 1: padded to a multiple of the devices

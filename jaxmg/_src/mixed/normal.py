@@ -118,7 +118,7 @@ def solve(f: GramFactor, r, *, adjoint: bool = False):
     elif adjoint:
         out = placement.dot(f.adjoint, chol._sweeps(f.cholesky, r), adjoint_x=True)
     else:
-        out = chol._sweeps(f.cholesky, rows.whole(f.adjoint @ r))
+        out = chol._sweeps(f.cholesky, rows.whole(placement.dot(f.adjoint, r)))
     # G_c^-1 (c A^H) = A^-1 / c, and (c A^H)^H G_c^-1 = A^-H / c
     return out * f.scale.astype(out.dtype)
 
