@@ -5,7 +5,8 @@ and ``jnp.linalg.qr``: cuSOLVERMp's geqrf and orgqr over the GPUs (backend
 On the mp engine, least squares runs through the QR of A (tall) or of A^H
 (wide) and the SVD of its small triangular factor R, which is replicated:
 that gives the rank, the singular values and the pseudo-inverse solution
-that jnp.linalg.lstsq returns."""
+that jnp.linalg.lstsq returns (cuSOLVERMp 0.8's own gels stopped with
+CUSOLVER_STATUS_INTERNAL_ERROR on the H200 at every size tried)."""
 
 from __future__ import annotations
 

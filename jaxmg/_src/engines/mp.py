@@ -364,20 +364,6 @@ def pad_rectangular(a, placement, block):
     return jnp.where(eye, jnp.asarray(1, a.dtype), a)
 
 
-def gels(a, b, placement):
-    """Least-squares solution of A X ~ B for M >= N (A rows sharded), as
-    R^-1 Q^H B from qr(). cuSOLVERMp 0.8's own gels stopped with
-    CUSOLVER_STATUS_INTERNAL_ERROR on the H200 at every size tried."""
-    q, r, info = qr(a, placement)
-    return solve_with_qr(q, r, b, placement), info
-
-
-def solve_with_qr(q, r, b, placement):
-    """R^-1 Q^H B, replicated."""
-    qhb = sharding.constrain(jnp.conj(q).T @ sharding.constrain(b, placement, P()), placement, P())
-    return jax.scipy.linalg.solve_triangular(r, qhb, lower=False)
-
-
 def qr(a, placement, limit=None):
     """Reduced QR (Q: M x N, R: N x N) for M >= N; A rows sharded."""
     m, n = a.shape
