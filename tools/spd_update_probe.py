@@ -32,20 +32,15 @@ jax.config.update("jax_enable_x64", True)
 
 import jaxmg  # noqa: E402
 from jaxmg._src.mixed import api, refine, solvers  # noqa: E402
-from tools.bench import matrices  # noqa: E402
+from tools.bench import matrices, timing  # noqa: E402
 
 START = time.monotonic()
 
 
-def timed(fn, args, repeats):
-    t = time.perf_counter()
-    out = jax.block_until_ready(fn(*args))
-    first = time.perf_counter() - t
-    seconds = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = jax.block_until_ready(fn(*args))
-        seconds.append(time.perf_counter() - t)
+def timed_ms(fn, args, repeats):
+    """fn(*args), the median ms of `repeats` calls after the first, and the first's seconds."""
+    out, first = timing.timed(fn, *args)
+    seconds = [timing.timed(fn, *args)[1] for _ in range(repeats)]
     return out, 1e3 * statistics.median(seconds), first
 
 
@@ -89,7 +84,7 @@ def main() -> None:
                 if time.monotonic() - START > args.budget:
                     print(f"budget spent: N={n} cond={cond:g} {name} skipped", flush=True)
                     continue
-                (x, info), ms, first = timed(fn, (a, b), args.repeats)
+                (x, info), ms, first = timed_ms(fn, (a, b), args.repeats)
                 row = dict(n=n, cond=cond, impl=name, ms=ms, first_s=first,
                            backward_error=float(backward_error(a, x, b)))
                 if info is not None:
