@@ -11,6 +11,7 @@ import jax
 import jax.extend
 import jax.numpy as jnp
 import numpy as np
+from jax.extend.core import jaxprs_in_params
 from jax.sharding import NamedSharding, PartitionSpec as P
 from scipy.linalg import lapack
 
@@ -163,4 +164,15 @@ def ffi_targets(closed_jaxpr) -> list[str]:
                 walk(sub)
 
     walk(closed_jaxpr.jaxpr)
+    return found
+
+
+def dot_precisions(jaxpr, found=None) -> list:
+    """The precision of every dot_general in a jaxpr, its inner jaxprs included."""
+    found = [] if found is None else found
+    for eqn in jaxpr.eqns:
+        if eqn.primitive.name == "dot_general":
+            found.append(eqn.params["precision"])
+        for inner in jaxprs_in_params(eqn.params):
+            dot_precisions(inner, found)
     return found

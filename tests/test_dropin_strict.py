@@ -11,9 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend.core import jaxprs_in_params
 
 import dropin
+import helpers
 from dropin import PLAIN, ROWS, api
 
 STRICT_DTYPES = (np.float32, np.float64, np.complex128)
@@ -82,15 +82,6 @@ def test_strict_promotion_gives_the_permissive_result(rng, name, dtype, placemen
                                        atol=0, err_msg=form)
 
 
-def _dot_precisions(jaxpr, found):
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            found.append(eqn.params["precision"])
-        for inner in jaxprs_in_params(eqn.params):
-            _dot_precisions(inner, found)
-    return found
-
-
 HIGHEST = (jax.lax.Precision.HIGHEST, jax.lax.Precision.HIGHEST)
 DIFFERENTIATED = {
     "cholesky": (lambda a: api.cholesky(a), _spd),
@@ -113,7 +104,7 @@ def test_derivative_products_run_at_full_precision(rng, name):
     fn, kind = DIFFERENTIATED[name]
     a = kind(rng, 4, np.float32)  # det of order 2 or 3 is JAX's closed form, with no product
     jaxpr = jax.make_jaxpr(functools.partial(jax.jvp, fn))((a,), (a,))
-    precisions = _dot_precisions(jaxpr.jaxpr, [])
+    precisions = helpers.dot_precisions(jaxpr.jaxpr)
     # JAX's own det rule has none; jaxmg's derivatives all multiply.
     assert precisions or dropin.REFERENCE, "the derivative has no matrix product to check"
     assert all(p == HIGHEST for p in precisions), precisions

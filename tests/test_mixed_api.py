@@ -9,7 +9,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from jax.extend.core import jaxprs_in_params
 from jax.sharding import PartitionSpec as P
 
 import helpers
@@ -573,15 +572,6 @@ def test_gram_route_of_a_singular_matrix_fails_like_float64(rng, gram_route):
         jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed", on_failure="raise"), np.ones(N))
 
 
-def _dot_precisions(jaxpr, found):
-    for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "dot_general":
-            found.append(eqn.params["precision"])
-        for inner in jaxprs_in_params(eqn.params):
-            _dot_precisions(inner, found)
-    return found
-
-
 @pytest.mark.parametrize("sharded", [False, True], ids=["one device", "rows sharded"])
 @pytest.mark.parametrize("route", ["spd", "gram", "blocked lu"])
 def test_every_product_of_a_mixed_solve_names_its_precision(rng, monkeypatch, route, sharded):
@@ -605,7 +595,7 @@ def test_every_product_of_a_mixed_solve_names_its_precision(rng, monkeypatch, ro
                                                   precision="mixed")
 
     jaxpr = jax.make_jaxpr(lambda a, b: jax.jvp(solves, (a, b), (a, b)))(a, b)
-    precisions = _dot_precisions(jaxpr.jaxpr, [])
+    precisions = helpers.dot_precisions(jaxpr.jaxpr)
     assert precisions
     default = jax.lax.Precision.DEFAULT
     assert not [p for p in precisions if p is None or p == (default, default)], precisions
