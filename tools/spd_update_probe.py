@@ -1,15 +1,24 @@
-"""Times the mixed SPD solve's factor at several update precisions on
-ill-conditioned matrices: what jaxmg.solve(..., assume_a="pos",
-precision="mixed") runs (FP16 trailing updates, factored again with BF16x3
-ones only where FP16's factorisation fails), the same solve factored with
-each of --updates from the start, and JAX native float64 Cholesky, on the
-benchmark's matrices of prescribed condition number, one right-hand side.
-It answers whether a second, more accurate factorisation where FP16's
-refinement does not converge would beat the float64 fallback.
+"""Times the mixed SPD solve's factor at several update precisions and panel
+solves on ill-conditioned matrices: what jaxmg.solve(..., assume_a="pos",
+precision="mixed") runs, the same solve factored with each of --factors from
+the start, and JAX native float64 Cholesky, on the benchmark's matrices of
+prescribed condition number, one right-hand side. It answers whether a
+second, more accurate factorisation where the default's refinement does not
+converge would beat the float64 fallback.
+
+A factor is UPDATE (a key of precision.UPDATES; the default's panel solve)
+or UPDATE:PANEL_SOLVE ("inverse": the block column below the diagonal as a
+GEMM with the diagonal block's inverse at the update precision; "trsm": a
+triangular solve at float32). Up to --diagnose N, each factor is also judged
+on its own: its backward error ||sA - L L^H||_F / ||sA||_F, and the rate of
+classic refinement ||(I - M A) z|| / ||z|| (M: its float32 solve) after a few
+power steps from random z (refinement converges when it is below 1; a rate
+near 1 leaves the work to GMRES), and so is JAX's own float32 Cholesky with
+its float32 triangular solves, the reference for what float32 allows.
 
     PYTHONPATH=. python tools/spd_update_probe.py [--sizes 16384 32768]
-        [--conds 1e4 1e5 1e6 1e7] [--updates bf16x3 bf16x6 tf32x3] [--repeats 3]
-        [--budget 420]
+        [--conds 1e4 1e5 1e6 1e7] [--factors bf16x3 bf16x6:trsm] [--repeats 3]
+        [--diagnose 16384] [--budget 420]
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error) and writes
@@ -19,6 +28,7 @@ them to $OUT/spd_update_probe.json (OUT defaults to /tmp).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -27,14 +37,17 @@ import time
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
+from jax import lax
 
 jax.config.update("jax_enable_x64", True)
 
 import jaxmg  # noqa: E402
-from jaxmg._src.mixed import api, refine, solvers  # noqa: E402
+from jaxmg._src.mixed import api, cholesky, refine, solvers  # noqa: E402
 from tools.bench import matrices, timing  # noqa: E402
 
 START = time.monotonic()
+POWER_STEPS = 4
+JAX_FLOAT32 = "jax float32 Cholesky"
 
 
 def timed_ms(fn, args, repeats):
@@ -54,8 +67,13 @@ def public(a, b):
     return jaxmg.solve(a, b, assume_a="pos", precision="mixed", return_info=True)
 
 
-def factored_with(update: str):
-    return jax.jit(lambda a, b: solvers.spd_solve(a, b, **dict(api.SPD, update=update)))
+def factor_options(name: str) -> dict:
+    update, _, panel_solve = name.partition(":")
+    return dict(api.SPD, update=update, panel_solve=panel_solve or api.SPD["panel_solve"])
+
+
+def factored_with(name: str):
+    return jax.jit(lambda a, b: solvers.spd_solve(a, b, **factor_options(name)))
 
 
 @jax.jit
@@ -64,17 +82,79 @@ def backward_error(a, x, b):
     return refine.backward_error((b - a @ x)[:, None], x[:, None], b[:, None], anorm)[0]
 
 
+@jax.jit
+def _dense_error(a, scale, l):
+    """||scale A - L L^H||_F / ||scale A||_F, in A's precision."""
+    l = l.astype(a.dtype)
+    d = a * scale - jnp.matmul(l, jnp.conj(l).T, precision=lax.Precision.HIGHEST)
+    return jnp.linalg.norm(d) / jnp.linalg.norm(a * scale)
+
+
+@jax.jit
+def _factor_error(a, scale, f):
+    return _dense_error(a, scale, cholesky.dense(f))
+
+
+@jax.jit
+def _jax_float32_factor(a, scale):
+    return lax.linalg.cholesky((a * scale).astype(jnp.float32), symmetrize_input=False)
+
+
+def _jax_float32_solve(l, r):
+    """(L L^T)^{-1} r by JAX's float32 triangular solves."""
+    y = lax.linalg.triangular_solve(l, r.astype(l.dtype), left_side=True, lower=True)
+    return lax.linalg.triangular_solve(l, y, left_side=True, lower=True, transpose_a=True)
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _power_step(solve, a, f, scale, z):
+    """(I - M A) z / ||.|| per column and its norm over ||z||, M = scale * solve(f, .)."""
+    az = jnp.matmul(a, z, precision=lax.Precision.HIGHEST)
+    e = z - scale.astype(z.dtype) * solve(f, az).astype(z.dtype)
+    ratio = jnp.linalg.norm(e, axis=0) / jnp.linalg.norm(z, axis=0)
+    return e / jnp.linalg.norm(e, axis=0), jnp.max(ratio)
+
+
+def _rate(solve, a, f, scale) -> float:
+    z = jax.random.normal(jax.random.key(3), (a.shape[0], 4), a.dtype)
+    for _ in range(POWER_STEPS):
+        z, rate = _power_step(solve, a, f, scale, z)
+    return float(rate)
+
+
+def diagnose(a, name: str) -> dict:
+    """The factor's backward error and classic refinement's rate (see the
+    module's text). name JAX_FLOAT32: JAX's own float32 Cholesky and
+    triangular solves (cuSOLVER and cuBLAS on a GPU), the reference."""
+    scale = solvers._scale("spd", a, None)
+    if name == JAX_FLOAT32:
+        l = _jax_float32_factor(a, scale)
+        if not bool(jnp.all(jnp.isfinite(jnp.diagonal(l)))):
+            return dict(factor_info=-1)
+        return dict(factor_info=0, factor_error=float(_dense_error(a, scale, l)),
+                    rate=_rate(_jax_float32_solve, a, l, scale))
+    f, info = cholesky.cholesky(a, scale=scale, **factor_options(name))
+    if int(info):
+        return dict(factor_info=int(info))
+    return dict(factor_info=0, factor_error=float(_factor_error(a, scale, f)),
+                rate=_rate(cholesky.solve, a, f, jnp.ones((), a.dtype)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768])
     parser.add_argument("--conds", type=float, nargs="+", default=[1e4, 1e5, 1e6, 1e7])
-    parser.add_argument("--updates", nargs="+", default=["bf16x3"],
-                        help="update precisions to factor with from the start (precision.UPDATES)")
+    parser.add_argument("--factors", nargs="+", default=["bf16x3"],
+                        help="UPDATE or UPDATE:PANEL_SOLVE to factor with from the start")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--diagnose", type=int, default=0,
+                        help="up to this N, also each factor's backward error and refinement rate")
     parser.add_argument("--budget", type=float, default=420, help="seconds before skipping the rest")
     args = parser.parse_args()
-    impls = {"jax native": native, "mixed (fp16, the default)": public}
-    impls.update({f"mixed, {u} updates": factored_with(u) for u in args.updates})
+    for name in args.factors:
+        solvers.spd_solve(jnp.eye(4), jnp.ones(4), **factor_options(name))  # bad names fail here
+    impls = {"jax native": native, "mixed (the default)": public}
+    impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
     rows = []
     for n in args.sizes:
         for cond in args.conds:
@@ -90,6 +170,13 @@ def main() -> None:
                 if info is not None:
                     row.update(iterations=int(info.iterations), fallback=bool(info.fallback),
                                factor_info=int(info.factor_info))
+                factor = name.removeprefix("mixed, ")
+                if n <= args.diagnose and factor in args.factors:
+                    row["diagnosis"] = diagnose(a, factor)
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+            if n <= args.diagnose and time.monotonic() - START <= args.budget:
+                row = dict(n=n, cond=cond, impl=JAX_FLOAT32, diagnosis=diagnose(a, JAX_FLOAT32))
                 rows.append(row)
                 print(json.dumps(row), flush=True)
             del a
