@@ -31,10 +31,14 @@ PRECISIONS = ("highest", "mixed")
 # 3 more bits than BF16 save a refinement step at cond 10 (N=32768: 82.5 ms
 # against 90.5) and factor cond 1e4 at once, where BF16 failed and factored
 # again. Where FP16 cannot factor the matrix it factors again with BF16x3
-# updates (float32-like accuracy on tensor cores). Where FP16's factor does
-# not refine, a BF16x3, BF16x6 or TF32x3 one does not either (they too fell
-# back at cond 1e6, tools/spd_update_probe.py), so that case goes to float64
-# at once.
+# updates (about 16 significant bits, on tensor cores). Where FP16's factor
+# does not refine, the solve goes to float64 with no second low-precision
+# factorisation: on one H200 at N=16384 and cond 1e6, factors with BF16x6 or
+# TF32x3 updates (about float32's accuracy) fell back too, although on CPU
+# devices (the updates emulated) a BF16x6 one refined at N=8192 in 9 solves
+# (tools/spd_update_probe.py, docs/benchmarks.md). Until `tools/gpu_check
+# spd-reach` shows what makes the GPU's factor worse, a retry would only add
+# its cost to the fallback.
 # LU: BF16's pivot growth left refinement at 22-30 steps even at cond 10,
 # and so did TF32's on U S V^T matrices at N=16384 and 32768 (it converged
 # in 4 on W / sqrt(N) + 3 I), so BF16x3 from the start; right-looking, U12

@@ -43,7 +43,7 @@ from jax.sharding import PartitionSpec as P
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, placement, precision
 
 # The variant names the precision G is formed at ("gram": FP16 products,
-# "gram_bf16x3": BF16x3, float32-like, at three times their cost); the
+# "gram_bf16x3": BF16x3, about 16 significant bits, at three times their cost); the
 # Cholesky's updates run at the Config's `update`.
 VARIANTS = ("gram", "gram_bf16x3")
 _GRAM_PRODUCTS = {"gram": "fp16", "gram_bf16x3": "bf16x3"}
