@@ -34,9 +34,9 @@ PRECISIONS = ("highest", "mixed")
 # updates (about 16 significant bits, on tensor cores). Where FP16's factor
 # does not refine, the solve goes to float64 with no second low-precision
 # factorisation: on one H200 at N=16384 and cond 1e6, factors with BF16x6 or
-# TF32x3 updates (about float32's accuracy) fell back too, although on CPU
-# devices (the updates emulated) a BF16x6 one refined at N=8192 in 9 solves
-# (tools/spd_update_probe.py, docs/benchmarks.md). Until `tools/gpu_check
+# TF32x3 updates (about float32's accuracy) fell back too, although on a CPU
+# device (the updates emulated) a BF16x6 one refined at N=8192 and 16384 in 9
+# solves (tools/spd_update_probe.py, docs/benchmarks.md). Until `tools/gpu_check
 # spd-reach` shows what makes the GPU's factor worse, a retry would only add
 # its cost to the fallback.
 # LU: BF16's pivot growth left refinement at 22-30 steps even at cond 10,
