@@ -156,6 +156,11 @@ def main() -> None:
     impls = {"jax native": native, "mixed (the default)": public}
     impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
     rows = []
+
+    def record(row):
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
     for n in args.sizes:
         for cond in args.conds:
             a = jax.jit(lambda seed: matrices.conditioned(n, "float64", "spd", cond, seed))(n)
@@ -173,12 +178,9 @@ def main() -> None:
                 factor = name.removeprefix("mixed, ")
                 if n <= args.diagnose and factor in args.factors:
                     row["diagnosis"] = diagnose(a, factor)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                record(row)
             if n <= args.diagnose and time.monotonic() - START <= args.budget:
-                row = dict(n=n, cond=cond, impl=JAX_FLOAT32, diagnosis=diagnose(a, JAX_FLOAT32))
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+                record(dict(n=n, cond=cond, impl=JAX_FLOAT32, diagnosis=diagnose(a, JAX_FLOAT32)))
             del a
     out = os.path.join(os.environ.get("OUT", "/tmp"), "spd_update_probe.json")
     with open(out, "w") as f:
