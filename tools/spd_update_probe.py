@@ -20,6 +20,12 @@ its float32 triangular solves, the reference for what float32 allows.
         [--conds 1e4 1e5 1e6 1e7] [--factors bf16x3 bf16x6:trsm] [--repeats 3]
         [--diagnose 16384] [--budget 420]
 
+First, each update precision's GEMM on its own: the relative error
+||C - C64||_F / ||C64||_F of an update-shaped product (2048 rows, K = 2048 and
+16384 of uniform [-1, 1) entries) by XLA's preset and by the CPU's emulation,
+on the same device: a preset less accurate than its emulation rounds below
+what the precision promises.
+
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error) and writes
 them to $OUT/spd_update_probe.json (OUT defaults to /tmp).
@@ -42,7 +48,7 @@ from jax import lax
 jax.config.update("jax_enable_x64", True)
 
 import jaxmg  # noqa: E402
-from jaxmg._src.mixed import api, cholesky, refine, solvers  # noqa: E402
+from jaxmg._src.mixed import api, cholesky, precision, refine, solvers  # noqa: E402
 from tools.bench import matrices, timing  # noqa: E402
 
 START = time.monotonic()
@@ -122,6 +128,24 @@ def _rate(solve, a, f, scale) -> float:
     return float(rate)
 
 
+def gemm_errors(update: str, k: int) -> dict:
+    """The preset's and the emulation's relative error for a 2048 x k times
+    k x 2048 product (adjoint_y, as the Cholesky's updates)."""
+    kx, ky = jax.random.split(jax.random.key(5))
+    x = jax.random.uniform(kx, (2048, k), jnp.float32, -1, 1)
+    y = jax.random.uniform(ky, (2048, k), jnp.float32, -1, 1)
+    exact = jnp.matmul(x.astype(jnp.float64), y.astype(jnp.float64).T, precision=lax.Precision.HIGHEST)
+
+    def error(emulate):
+        c = jax.jit(lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=emulate))(x, y)
+        return float(jnp.linalg.norm(c.astype(jnp.float64) - exact) / jnp.linalg.norm(exact))
+
+    try:
+        return dict(update=update, k=k, preset_error=error(False), emulated_error=error(True))
+    except Exception as e:  # noqa: BLE001 - a preset this platform lacks is a finding too
+        return dict(update=update, k=k, failed=f"{type(e).__name__}: {str(e)[:200]}")
+
+
 def diagnose(a, name: str) -> dict:
     """The factor's backward error and classic refinement's rate (see the
     module's text). name JAX_FLOAT32: JAX's own float32 Cholesky and
@@ -160,6 +184,12 @@ def main() -> None:
     def record(row):
         rows.append(row)
         print(json.dumps(row), flush=True)
+
+    updates = dict.fromkeys([api.SPD["update"], api.RETRY_UPDATE]
+                            + [name.partition(":")[0] for name in args.factors])
+    for update in updates:
+        for k in (2048, 16384):
+            record(gemm_errors(update, k))
 
     for n in args.sizes:
         for cond in args.conds:
