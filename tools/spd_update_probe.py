@@ -22,9 +22,11 @@ its float32 triangular solves, the reference for what float32 allows.
 
 First, each update precision's GEMM on its own: the relative error
 ||C - C64||_F / ||C64||_F of an update-shaped product (2048 rows, K = 2048 and
-16384 of uniform [-1, 1) entries) by XLA's preset and by the CPU's emulation,
-on the same device: a preset less accurate than its emulation rounds below
-what the precision promises.
+16384 of uniform [-1, 1) entries) by XLA's preset, by the CPU's emulation (float32
+products of the operands' parts) and, for the X3 / X6 presets, by the
+emulation's parts multiplied with the one-pass preset (tensor cores), on the
+same device: a preset less accurate than its emulation rounds below what the
+precision promises.
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error) and writes
@@ -128,6 +130,18 @@ def _rate(solve, a, f, scale) -> float:
     return float(rate)
 
 
+def _parts_by_one_pass(x, y, spec):
+    """x @ y^H as the emulation forms it (its parts' products, the smallest
+    first), each product by the one-pass preset the X3 / X6 one is built on."""
+    one_pass = getattr(lax.DotAlgorithmPreset, spec.preset.rsplit("_X", 1)[0])
+    xs, ys = precision._parts(x, spec), precision._parts(y, spec)
+    total = 0
+    for i, j in spec.products:
+        total = total + lax.dot_general(xs[i], ys[j], (((1,), (1,)), ((), ())), precision=one_pass,
+                                        preferred_element_type=jnp.float32)
+    return total
+
+
 def gemm_errors(update: str, k: int) -> dict:
     """The preset's and the emulation's relative error for a 2048 x k times
     k x 2048 product (adjoint_y, as the Cholesky's updates)."""
@@ -136,14 +150,23 @@ def gemm_errors(update: str, k: int) -> dict:
     y = jax.random.uniform(ky, (2048, k), jnp.float32, -1, 1)
     exact = jnp.matmul(x.astype(jnp.float64), y.astype(jnp.float64).T, precision=lax.Precision.HIGHEST)
 
-    def error(emulate):
-        c = jax.jit(lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=emulate))(x, y)
+    def error(product):
+        c = jax.jit(product)(x, y)
         return float(jnp.linalg.norm(c.astype(jnp.float64) - exact) / jnp.linalg.norm(exact))
 
-    try:
-        return dict(update=update, k=k, preset_error=error(False), emulated_error=error(True))
-    except Exception as e:  # noqa: BLE001 - a preset this platform lacks is a finding too
-        return dict(update=update, k=k, failed=f"{type(e).__name__}: {str(e)[:200]}")
+    spec = precision.UPDATES[update]
+    row = dict(update=update, k=k)
+    products = dict(
+        preset_error=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=False),
+        emulated_error=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=True))
+    if spec.parts > 1:
+        products["parts_by_one_pass_error"] = functools.partial(_parts_by_one_pass, spec=spec)
+    for key, product in products.items():
+        try:
+            row[key] = error(product)
+        except Exception as e:  # noqa: BLE001 - a preset this platform lacks is a finding too
+            row[key] = f"{type(e).__name__}: {str(e)[:160]}"
+    return row
 
 
 def diagnose(a, name: str) -> dict:
