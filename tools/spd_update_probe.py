@@ -26,7 +26,8 @@ First, each update precision's GEMM on its own: the relative error
 products of the operands' parts) and, for the X3 / X6 presets, by the
 emulation's parts multiplied with the one-pass preset (tensor cores), on the
 same device: a preset less accurate than its emulation rounds below what the
-precision promises.
+precision promises. Then each one's time for a 16384 x 16384 by 2048 x 16384
+product, by the preset and by the parts.
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error) and writes
@@ -169,6 +170,24 @@ def gemm_errors(update: str, k: int) -> dict:
     return row
 
 
+def gemm_times(update: str, repeats: int) -> dict:
+    """Median ms of a 16384 x 16384 times 16384 x 2048 product (a late
+    left-looking update's shape) by the preset and, for X3 / X6, by its parts."""
+    x = jax.random.uniform(jax.random.key(6), (16384, 16384), jnp.float32, -1, 1)
+    y = x[:2048]
+    spec = precision.UPDATES[update]
+    products = dict(preset_ms=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=False))
+    if spec.parts > 1:
+        products["parts_by_one_pass_ms"] = functools.partial(_parts_by_one_pass, spec=spec)
+    row = dict(update=update, shape="16384x16384 @ (2048x16384)^T")
+    for key, product in products.items():
+        try:
+            row[key] = timed_ms(jax.jit(product), (x, y), repeats)[1]
+        except Exception as e:  # noqa: BLE001
+            row[key] = f"{type(e).__name__}: {str(e)[:160]}"
+    return row
+
+
 def diagnose(a, name: str) -> dict:
     """The factor's backward error and classic refinement's rate (see the
     module's text). name JAX_FLOAT32: JAX's own float32 Cholesky and
@@ -213,6 +232,7 @@ def main() -> None:
     for update in updates:
         for k in (2048, 16384):
             record(gemm_errors(update, k))
+        record(gemm_times(update, args.repeats))
 
     for n in args.sizes:
         for cond in args.conds:
