@@ -77,6 +77,48 @@ def test_update_precision_rounds_like_its_format(rng, update):
         assert err > 2**-16
 
 
+def _gpu_products(fn, *args) -> int:
+    """The GEMMs in fn's program as lowered for a CUDA GPU (where the presets,
+    not the emulation, run)."""
+    return jax.jit(fn).trace(*args).lower(lowering_platforms=("cuda",)).as_text().count(
+        "stablehlo.dot_general")
+
+
+def test_span_bounds_the_terms_each_preset_product_sums(rng):
+    """span: XLA's preset forms the product over spans of at most that many
+    terms, summed in float32; the sum is still the product."""
+    x = jnp.asarray(rng.standard_normal((8, 5000)), jnp.float32)
+    y = jnp.asarray(rng.standard_normal((6, 5000)), jnp.float32)
+
+    def product(span, emulate=None):
+        return lambda x, y: precision.matmul(x, y, "bf16x6", adjoint_y=True, span=span, emulate=emulate)
+
+    assert [_gpu_products(product(s), x, y) for s in (None, 5000, 2048, 1000)] == [1, 1, 3, 5]
+    ref = np.asarray(x, np.float64) @ np.asarray(y, np.float64).T
+    got = np.asarray(product(2048, emulate=False)(x, y), np.float64)  # XLA:CPU runs it in float32
+    assert np.abs(got - ref).max() / np.abs(ref).max() < BOUNDS["bf16x6"]
+
+
+@pytest.mark.parametrize("routine", ["cholesky", "lu"])
+def test_span_reaches_the_update_gemms_of_a_factorisation(routine):
+    factor = cholesky.cholesky if routine == "cholesky" else lu.lu
+    a = jnp.eye(512, dtype=jnp.float32)
+
+    def products(span):
+        return _gpu_products(lambda a: factor(a, block_size=128, update="bf16x3", panel_solve="trsm",
+                                              span=span)[1], a)
+
+    assert products(64) > products(None) > 0
+
+
+def test_span_must_be_a_positive_int():
+    for span in (0, True, 2.0, "2048"):
+        with pytest.raises(ValueError, match=r"span must be a positive int or None, got"):
+            solvers.spd_solve(jnp.eye(4), jnp.ones(4), span=span)
+    with pytest.raises(ValueError, match=r"span must be a positive int or None, got 0"):
+        solvers.general_solve(jnp.eye(4), jnp.ones(4), span=0)
+
+
 def test_fp16_updates_round_to_float16_subnormals_and_overflow_past_its_range():
     """The emulation rounds as the GPU's F16 GEMM: entries below float16's
     normal range keep their subnormal value (reduce_precision would flush

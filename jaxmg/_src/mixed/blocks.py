@@ -25,7 +25,8 @@ class Config:
     (the routine's docstring lists its own). panel_solve: "trsm" computes the
     off-diagonal block by a triangular solve at the panel's precision,
     "inverse" as a GEMM at the update precision with the inverse of the
-    diagonal block.
+    diagonal block. span: the most terms one update GEMM sums on the tensor
+    cores (precision.matmul; None: all of them).
     """
 
     block_size: int
@@ -33,10 +34,11 @@ class Config:
     panel: str
     variant: str
     panel_solve: str
+    span: int | None = None
 
 
 def config(dtype, *, block_size, update, panel, variant, panel_solve, variants,
-           bounded: bool = True) -> Config:
+           bounded: bool = True, span: int | None = None) -> Config:
     """bounded: the factor's entries stay near 1 once A is scaled (Cholesky:
     |L_ij| <= sqrt(max_i A_ii)); LU's U grows with its pivots, so it takes no
     narrow-range update (float16)."""
@@ -46,6 +48,8 @@ def config(dtype, *, block_size, update, panel, variant, panel_solve, variants,
         raise ValueError(f"panel={panel!r} is not a panel precision; use one of {PANELS}")
     if variant not in variants:
         raise ValueError(f"variant={variant!r} is not known here; use one of {variants}")
+    if span is not None and (isinstance(span, bool) or not isinstance(span, int) or span < 1):
+        raise ValueError(f"span must be a positive int or None, got {span!r}")
     if panel_solve not in ("trsm", "inverse"):
         raise ValueError(f'panel_solve={panel_solve!r}: use "trsm" or "inverse"')
     precision.check_update(update, work_dtype(dtype, panel))
@@ -54,7 +58,12 @@ def config(dtype, *, block_size, update, panel, variant, panel_solve, variants,
             f"update={update!r} has float16's range, which the LU's U (growing with its pivots) "
             "can exceed; use bf16, bf16x3 or tf32 for LU"
         )
-    return Config(block_size, update, panel, variant, panel_solve)
+    return Config(block_size, update, panel, variant, panel_solve, span)
+
+
+def update_product(x, y, cfg: Config, *, adjoint_y: bool):
+    """x @ y^H (adjoint_y) or x @ y at cfg's update precision and span."""
+    return precision.matmul(x, y, cfg.update, adjoint_y=adjoint_y, span=cfg.span)
 
 
 def check_matrix(a, name: str = "a"):

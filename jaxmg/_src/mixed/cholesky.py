@@ -26,7 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src.mixed import blocks as blk, hermitian, placement, precision
+from jaxmg._src.mixed import blocks as blk, hermitian, placement
 
 VARIANTS = ("left", "right", "right_full")
 
@@ -70,6 +70,7 @@ def cholesky(
     panel: str = "float32",
     variant: str = "left",
     panel_solve: str = "trsm",
+    span: int | None = None,
     scale=None,
     mesh=None,
     axis: str | None = None,
@@ -80,14 +81,15 @@ def cholesky(
     Returns (CholeskyFactor, info): info 0, or the order k of the first
     leading minor the low-precision factorisation found not positive
     definite (the factor is then not finite). Never raises inside jit.
-    `scale` (a scalar, default 1) multiplies `a` first. With `a` row-sharded
-    (P(axis, None) on `mesh`, or inferred from its sharding) the block
-    columns stay row-sharded.
+    `scale` (a scalar, default 1) multiplies `a` first. `span`: the most
+    terms one update GEMM sums on the tensor cores (blocks.Config). With
+    `a` row-sharded (P(axis, None) on `mesh`, or inferred from its
+    sharding) the block columns stay row-sharded.
     """
     blk.check_matrix(a)
     cfg = blk.config(
         a.dtype, block_size=block_size, update=update, panel=panel, variant=variant,
-        panel_solve=panel_solve, variants=VARIANTS,
+        panel_solve=panel_solve, variants=VARIANTS, span=span,
     )
     rows = placement.resolve(a, mesh, axis)
     scale = jnp.ones((), jnp.finfo(a.dtype).dtype) if scale is None else scale
@@ -139,7 +141,7 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
                 left = [p[s - rows.start(op + wp) :] for p, (op, wp) in zip(below, parts)]
                 x = rows.rows(jnp.concatenate(left, axis=1))
                 y = rows.whole(x[o - s : o - s + w])
-                c = c - precision.matmul(x, y, cfg.update, adjoint_y=True)
+                c = c - blk.update_product(x, y, cfg, adjoint_y=True)
             _, failure = factor_panel(c, o, w, failure)
     else:
         columns = [column(o, w) for o, w in parts]
@@ -152,9 +154,9 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
                 for k, (oc, wc) in enumerate(rest, start=j + 1):
                     x = p[rows.start(oc) - s :]
                     y = rows.whole(p[oc - s : oc - s + wc])
-                    columns[k] = columns[k] - precision.matmul(x, y, cfg.update, adjoint_y=True)
+                    columns[k] = columns[k] - blk.update_product(x, y, cfg, adjoint_y=True)
             elif rest:
-                g = rows.rows(precision.matmul(p, rows.whole(p[o + w - s :]), cfg.update, adjoint_y=True))
+                g = rows.rows(blk.update_product(p, rows.whole(p[o + w - s :]), cfg, adjoint_y=True))
                 for k, (oc, wc) in enumerate(rest, start=j + 1):
                     columns[k] = columns[k] - g[rows.start(oc) - s :, oc - o - w : oc - o - w + wc]
     info = failure.info(_first_nonpositive_pivot)
@@ -177,7 +179,7 @@ def _panel(c, o: int, w: int, cfg: blk.Config, rows: placement.Rows, failure):
         l21 = rows.map_rows(_right_solve_adjoint, rest, l11)
     else:
         scaled, powers = blk.rows_in_range(inv)  # L21 = C21 inv^H = (C21 (S inv)^H) S^-1
-        l21 = precision.matmul(rest, scaled, cfg.update, adjoint_y=True) * (1 / powers).astype(rest.dtype)
+        l21 = blk.update_product(rest, scaled, cfg, adjoint_y=True) * (1 / powers).astype(rest.dtype)
     if rows.sharded:
         l21 = jnp.where(rows.row_index(0, c.shape[0]) >= o + w, l21, jnp.zeros((), l21.dtype))
     return l11, inv, rows.rows(l21), failure

@@ -20,7 +20,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src.mixed import blocks as blk, placement, precision
+from jaxmg._src.mixed import blocks as blk, placement
 
 VARIANTS = ("right", "right_full")
 
@@ -66,6 +66,7 @@ def lu(
     panel: str = "float32",
     variant: str = "right",
     panel_solve: str = "trsm",
+    span: int | None = None,
     scale=None,
     mesh=None,
     axis: str | None = None,
@@ -75,14 +76,15 @@ def lu(
 
     Returns (LUFactor, info): info 0, or k > 0 when U(k, k) (1-based) is
     zero or not finite, the first such (the factor is then not usable).
-    Never raises inside jit. `scale` (default 1) multiplies `a` first. With
-    `a` row-sharded the block columns stay row-sharded; each panel is
-    factored whole on every device.
+    Never raises inside jit. `scale` (default 1) multiplies `a` first.
+    `span` as for the Cholesky (blocks.Config). With `a` row-sharded the
+    block columns stay row-sharded; each panel is factored whole on every
+    device.
     """
     blk.check_matrix(a)
     cfg = blk.config(
         a.dtype, block_size=block_size, update=update, panel=panel, variant=variant,
-        panel_solve=panel_solve, variants=VARIANTS, bounded=False,
+        panel_solve=panel_solve, variants=VARIANTS, bounded=False, span=span,
     )
     rows = placement.resolve(a, mesh, axis)
     scale = jnp.ones((), jnp.finfo(a.dtype).dtype) if scale is None else scale
@@ -131,7 +133,7 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
         if cfg.panel_solve == "trsm":
             u = lax.linalg.triangular_solve(l11, top, left_side=True, lower=True, unit_diagonal=True)
         else:
-            u = precision.matmul(linv, top, cfg.update, adjoint_y=False)
+            u = blk.update_product(linv, top, cfg, adjoint_y=False)
         u12 = dict(zip((k for k, _ in rest), jnp.split(u, np.cumsum(widths)[:-1], axis=1)))
         for k, _ in rest:
             cols[k] = _set_rows(cols[k], u12[k], o, rows, r)
@@ -141,10 +143,10 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
             l21 = lu_p[w:]
         if cfg.variant == "right":
             for k, _ in rest:
-                g = precision.matmul(l21, u12[k], cfg.update, adjoint_y=False)
+                g = blk.update_product(l21, u12[k], cfg, adjoint_y=False)
                 cols[k] = _subtract_below(cols[k], g, o + w, rows)
         else:
-            g = precision.matmul(l21, u, cfg.update, adjoint_y=False)
+            g = blk.update_product(l21, u, cfg, adjoint_y=False)
             for k, (oc, wc) in rest:
                 cols[k] = _subtract_below(cols[k], g[:, oc - o - w : oc - o - w + wc], o + w, rows)
     pivots = jnp.concatenate(pivots).astype(jnp.int32)

@@ -10,6 +10,16 @@ float32 accumulation: the same numerics, so the solvers' convergence can be
 tested on a CPU. Complex operands go through one real GEMM of twice the
 width ([Xr Xi] times a 2 x 2 real block matrix), since the presets are real.
 
+The tensor cores add a product's terms into float32 with an error that
+grows with their number K, faster than float32 rounding would: on an H100,
+for 2048 x K times K x 2048 products of uniform [-1, 1) entries, the BF16x6
+preset's relative error was 1.9e-6 at K=2048 and 1.8e-5 at K=16384, where
+its emulation (float32 products of the same parts) erred 3.3e-7 and 6.3e-7
+and SGEMM 1.3e-6 at 16384 (TF32x3: 4.9e-6 and 3.8e-5; BF16x3: 1.2e-5 and
+2.5e-5; the same parts multiplied one by one on the tensor cores erred as
+the preset: tools/spd_update_probe.py). `span` bounds K per tensor-core
+product: the products over spans of that many terms are summed in float32.
+
 FP16 has 3 more significand bits than BF16 but float16's range (largest
 65504, subnormal below 6.1e-5): the callers keep its operands near 1 (the
 Cholesky scales A by a power of two to a unit diagonal maximum, so every
@@ -61,27 +71,47 @@ def check_update(update: str, work_dtype) -> str:
     return update
 
 
-def matmul(x, y, update: str, *, adjoint_y: bool, emulate: bool | None = None):
+def matmul(x, y, update: str, *, adjoint_y: bool, emulate: bool | None = None,
+           span: int | None = None):
     """x @ y^H (adjoint_y) or x @ y, the products at precision `update`,
     accumulated and returned in x's dtype. emulate: None picks by platform
-    (emulated on CPU, XLA's preset elsewhere)."""
+    (emulated on CPU, XLA's preset elsewhere). span: XLA's preset forms the
+    product over spans of at most this many terms of the inner dimension,
+    summed in x's dtype (None: one product; the emulation, exact per term,
+    needs none)."""
     spec = UPDATES[update]
     if update != "f64" and jnp.finfo(x.dtype).bits == 64:  # a float64 panel, 32-bit updates
         narrow = jnp.complex64 if jnp.iscomplexobj(x) else jnp.float32
-        out = matmul(x.astype(narrow), y.astype(narrow), update, adjoint_y=adjoint_y, emulate=emulate)
+        out = matmul(x.astype(narrow), y.astype(narrow), update, adjoint_y=adjoint_y, emulate=emulate,
+                     span=span)
         return out.astype(x.dtype)
     if spec.mantissa_bits is None:
         return _exact(x, y, adjoint_y)
     if jnp.iscomplexobj(x):
         xr, yr = _real_embedding(x, y, adjoint_y)
-        out = matmul(xr, yr, update, adjoint_y=adjoint_y, emulate=emulate)
+        out = matmul(xr, yr, update, adjoint_y=adjoint_y, emulate=emulate, span=span)
         half = out.shape[1] // 2
         return lax.complex(out[:, :half], out[:, half:])
-    native = lambda x, y: _dot(x, y, adjoint_y, getattr(lax.DotAlgorithmPreset, spec.preset))  # noqa: E731
+    preset = getattr(lax.DotAlgorithmPreset, spec.preset)
+    native = lambda x, y: _spans(x, y, adjoint_y, preset, span)  # noqa: E731
     emulated = lambda x, y: _emulated(x, y, adjoint_y, spec)  # noqa: E731
     if emulate is None:
         return lax.platform_dependent(x, y, cpu=emulated, default=native)
     return (emulated if emulate else native)(x, y)
+
+
+def _spans(x, y, adjoint_y: bool, precision, span: int | None):
+    """x @ op(y) as the sum, in order, of the products over spans of at most
+    `span` terms of the inner dimension (None: one product)."""
+    k = x.shape[1]
+    if span is None or k <= span:
+        return _dot(x, y, adjoint_y, precision)
+    total = None
+    for o in range(0, k, span):
+        ys = y[:, o : o + span] if adjoint_y else y[o : o + span]
+        term = _dot(x[:, o : o + span], ys, adjoint_y, precision)
+        total = term if total is None else total + term
+    return total
 
 
 def _exact(x, y, adjoint_y: bool):

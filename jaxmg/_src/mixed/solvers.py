@@ -56,6 +56,7 @@ def spd_solve(
     panel: str = "float32",
     variant: str = "left",
     panel_solve: str = "trsm",
+    span: int | None = None,
     method: str = "auto",
     max_iterations: int = 30,
     restart: int = 20,
@@ -89,6 +90,7 @@ def general_solve(
     panel: str = "float32",
     variant: str = "right",
     panel_solve: str = "trsm",
+    span: int | None = None,
     method: str = "auto",
     max_iterations: int = 30,
     restart: int = 20,
@@ -119,7 +121,7 @@ def _front(kind: str, a, b, args):
     cfg = blk.config(
         a.dtype, block_size=args["block_size"], update=args["update"], panel=args["panel"],
         variant=args["variant"], panel_solve=args["panel_solve"], variants=variants,
-        bounded=kind == "spd" or args["variant"] in normal.VARIANTS,
+        bounded=kind == "spd" or args["variant"] in normal.VARIANTS, span=args["span"],
     )
     opts = rf.options(args["method"], args["max_iterations"], args["restart"], args["inner_tolerance"])
     if not isinstance(args["fallback"], bool):
