@@ -9,25 +9,28 @@ converge would beat the float64 fallback.
 A factor is UPDATE (a key of precision.UPDATES; the default's panel solve)
 or UPDATE:PANEL_SOLVE ("inverse": the block column below the diagonal as a
 GEMM with the diagonal block's inverse at the update precision; "trsm": a
-triangular solve at float32). Up to --diagnose N, each factor is also judged
-on its own: its backward error ||sA - L L^H||_F / ||sA||_F, and the rate of
-classic refinement ||(I - M A) z|| / ||z|| (M: its float32 solve) after a few
-power steps from random z (refinement converges when it is below 1; a rate
-near 1 leaves the work to GMRES), and so is JAX's own float32 Cholesky with
-its float32 triangular solves, the reference for what float32 allows.
+triangular solve at float32), either followed by @SPAN: each update GEMM
+summed on the tensor cores over at most SPAN terms (blocks.Config.span).
+Up to --diagnose N, each factor is also judged on its own: its backward
+error ||sA - L L^H||_F / ||sA||_F, and the rate of classic refinement
+||(I - M A) z|| / ||z|| (M: its float32 solve) after a few power steps from
+random z (refinement converges when it is below 1; a rate near 1 leaves the
+work to GMRES), and so is JAX's own float32 Cholesky with its float32
+triangular solves, the reference for what float32 allows.
 
     PYTHONPATH=. python tools/spd_update_probe.py [--sizes 16384 32768]
-        [--conds 1e4 1e5 1e6 1e7] [--factors bf16x3 bf16x6:trsm] [--repeats 3]
+        [--conds 1e4 1e5 1e6 1e7] [--factors bf16x3 bf16x6:trsm@2048] [--repeats 3]
         [--diagnose 16384] [--budget 420]
 
 First, each update precision's GEMM on its own: the relative error
 ||C - C64||_F / ||C64||_F of an update-shaped product (2048 rows, K = 2048 and
-16384 of uniform [-1, 1) entries) by XLA's preset, by the CPU's emulation (float32
-products of the operands' parts) and, for the X3 / X6 presets, by the
-emulation's parts multiplied with the one-pass preset (tensor cores), on the
-same device: a preset less accurate than its emulation rounds below what the
-precision promises. Then each one's time for a 16384 x 16384 by 2048 x 16384
-product, by the preset and by the parts.
+16384 of uniform [-1, 1) entries) by XLA's preset as one product, by the CPU's
+emulation (float32 products of the operands' parts) and, for the X3 / X6
+presets, by the emulation's parts multiplied with the one-pass preset (tensor
+cores) and by the preset over spans of SPAN = 2048 terms summed in float32
+(precision.matmul's span), on the same device: a preset less accurate than
+its emulation rounds below what the precision promises. Then each one's time
+for a 16384 x 16384 by 2048 x 16384 product, by the same routes.
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error) and writes
@@ -57,6 +60,7 @@ from tools.bench import matrices, timing  # noqa: E402
 START = time.monotonic()
 POWER_STEPS = 4
 JAX_FLOAT32 = "jax float32 Cholesky"
+SPAN = 2048
 
 
 def timed_ms(fn, args, repeats):
@@ -77,8 +81,10 @@ def public(a, b):
 
 
 def factor_options(name: str) -> dict:
+    name, _, span = name.partition("@")
     update, _, panel_solve = name.partition(":")
-    return dict(api.SPD, update=update, panel_solve=panel_solve or api.SPD["panel_solve"])
+    return dict(api.SPD, update=update, panel_solve=panel_solve or api.SPD["panel_solve"],
+                span=int(span) if span else None)
 
 
 def factored_with(name: str):
@@ -157,11 +163,14 @@ def gemm_errors(update: str, k: int) -> dict:
 
     spec = precision.UPDATES[update]
     row = dict(update=update, k=k)
+    preset = getattr(lax.DotAlgorithmPreset, spec.preset)
     products = dict(
-        preset_error=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=False),
+        preset_error=lambda x, y: precision._dot(x, y, True, preset),
         emulated_error=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=True))
     if spec.parts > 1:
         products["parts_by_one_pass_error"] = functools.partial(_parts_by_one_pass, spec=spec)
+        products["spans_error"] = lambda x, y: precision.matmul(x, y, update, adjoint_y=True,
+                                                                emulate=False, span=SPAN)
     for key, product in products.items():
         try:
             row[key] = error(product)
@@ -176,9 +185,12 @@ def gemm_times(update: str, repeats: int) -> dict:
     x = jax.random.uniform(jax.random.key(6), (16384, 16384), jnp.float32, -1, 1)
     y = x[:2048]
     spec = precision.UPDATES[update]
-    products = dict(preset_ms=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=False))
+    preset = getattr(lax.DotAlgorithmPreset, spec.preset)
+    products = dict(preset_ms=lambda x, y: precision._dot(x, y, True, preset))
     if spec.parts > 1:
         products["parts_by_one_pass_ms"] = functools.partial(_parts_by_one_pass, spec=spec)
+        products["spans_ms"] = lambda x, y: precision.matmul(x, y, update, adjoint_y=True,
+                                                             emulate=False, span=SPAN)
     row = dict(update=update, shape="16384x16384 @ (2048x16384)^T")
     for key, product in products.items():
         try:
@@ -228,7 +240,7 @@ def main() -> None:
         print(json.dumps(row), flush=True)
 
     updates = dict.fromkeys([api.SPD["update"], api.RETRY_UPDATE]
-                            + [name.partition(":")[0] for name in args.factors])
+                            + [name.partition("@")[0].partition(":")[0] for name in args.factors])
     for update in updates:
         for k in (2048, 16384):
             record(gemm_errors(update, k))

@@ -33,12 +33,14 @@ PRECISIONS = ("highest", "mixed")
 # again. Where FP16 cannot factor the matrix it factors again with BF16x3
 # updates (about 16 significant bits, on tensor cores). Where FP16's factor
 # does not refine, the solve goes to float64 with no second low-precision
-# factorisation: on one H200 at N=16384 and cond 1e6, factors with BF16x6 or
-# TF32x3 updates (about float32's accuracy) fell back too, although on a CPU
-# device (the updates emulated) a BF16x6 one refined at N=8192 and 16384 in 9
-# solves (tools/spd_update_probe.py, docs/benchmarks.md). Until `tools/gpu_check
-# spd-reach` shows what makes the GPU's factor worse, a retry would only add
-# its cost to the fallback.
+# factorisation: on GPUs, factors with BF16x6 or TF32x3 updates fell back too
+# (N=16384, cond 1e6), because the tensor cores add the left-looking
+# updates' K (up to N) terms into float32 with an error that grows with K
+# (on an H100 the BF16x6 factor was 70x less accurate than a CPU device's,
+# which emulates it; F32 updates on the CUDA cores converged, at 1.6x JAX's
+# time). Bounding each product's terms (blocks.Config.span) should bring
+# BF16x6 near F32's accuracy; until `tools/gpu_check spd-reach` has timed it,
+# a retry would only add its cost to the fallback (docs/benchmarks.md).
 # LU: BF16's pivot growth left refinement at 22-30 steps even at cond 10,
 # and so did TF32's on U S V^T matrices at N=16384 and 32768 (it converged
 # in 4 on W / sqrt(N) + 3 I), so BF16x3 from the start; right-looking, U12
