@@ -149,55 +149,55 @@ def _parts_by_one_pass(x, y, spec):
     return total
 
 
+def _routes(update: str) -> dict:
+    """The ways an update GEMM x @ y^H is formed here, by name: XLA's preset
+    as one product, the CPU's emulation and, for X3 / X6, the emulation's
+    parts by the one-pass preset and the preset over spans of SPAN terms."""
+    spec = precision.UPDATES[update]
+    preset = getattr(lax.DotAlgorithmPreset, spec.preset)
+    routes = dict(
+        preset=lambda x, y: precision._dot(x, y, True, preset),
+        emulated=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=True))
+    if spec.parts > 1:
+        routes["parts_by_one_pass"] = functools.partial(_parts_by_one_pass, spec=spec)
+        routes["spans"] = lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=False,
+                                                        span=SPAN)
+    return routes
+
+
+def _measured(row: dict, routes: dict, suffix: str, measure) -> dict:
+    for name, product in routes.items():
+        try:
+            row[name + suffix] = measure(jax.jit(product))
+        except Exception as e:  # noqa: BLE001 - a preset this platform lacks is a finding too
+            row[name + suffix] = f"{type(e).__name__}: {str(e)[:160]}"
+    return row
+
+
 def gemm_errors(update: str, k: int) -> dict:
-    """The preset's and the emulation's relative error for a 2048 x k times
-    k x 2048 product (adjoint_y, as the Cholesky's updates)."""
+    """Each route's relative error for a 2048 x k times k x 2048 product
+    (adjoint_y, as the Cholesky's updates)."""
     kx, ky = jax.random.split(jax.random.key(5))
     x = jax.random.uniform(kx, (2048, k), jnp.float32, -1, 1)
     y = jax.random.uniform(ky, (2048, k), jnp.float32, -1, 1)
     exact = jnp.matmul(x.astype(jnp.float64), y.astype(jnp.float64).T, precision=lax.Precision.HIGHEST)
 
     def error(product):
-        c = jax.jit(product)(x, y)
-        return float(jnp.linalg.norm(c.astype(jnp.float64) - exact) / jnp.linalg.norm(exact))
+        c = product(x, y).astype(jnp.float64)
+        return float(jnp.linalg.norm(c - exact) / jnp.linalg.norm(exact))
 
-    spec = precision.UPDATES[update]
-    row = dict(update=update, k=k)
-    preset = getattr(lax.DotAlgorithmPreset, spec.preset)
-    products = dict(
-        preset_error=lambda x, y: precision._dot(x, y, True, preset),
-        emulated_error=lambda x, y: precision.matmul(x, y, update, adjoint_y=True, emulate=True))
-    if spec.parts > 1:
-        products["parts_by_one_pass_error"] = functools.partial(_parts_by_one_pass, spec=spec)
-        products["spans_error"] = lambda x, y: precision.matmul(x, y, update, adjoint_y=True,
-                                                                emulate=False, span=SPAN)
-    for key, product in products.items():
-        try:
-            row[key] = error(product)
-        except Exception as e:  # noqa: BLE001 - a preset this platform lacks is a finding too
-            row[key] = f"{type(e).__name__}: {str(e)[:160]}"
-    return row
+    return _measured(dict(update=update, k=k), _routes(update), "_error", error)
 
 
 def gemm_times(update: str, repeats: int) -> dict:
     """Median ms of a 16384 x 16384 times 16384 x 2048 product (a late
-    left-looking update's shape) by the preset and, for X3 / X6, by its parts."""
+    left-looking update's shape) by each route but the emulation."""
     x = jax.random.uniform(jax.random.key(6), (16384, 16384), jnp.float32, -1, 1)
     y = x[:2048]
-    spec = precision.UPDATES[update]
-    preset = getattr(lax.DotAlgorithmPreset, spec.preset)
-    products = dict(preset_ms=lambda x, y: precision._dot(x, y, True, preset))
-    if spec.parts > 1:
-        products["parts_by_one_pass_ms"] = functools.partial(_parts_by_one_pass, spec=spec)
-        products["spans_ms"] = lambda x, y: precision.matmul(x, y, update, adjoint_y=True,
-                                                             emulate=False, span=SPAN)
-    row = dict(update=update, shape="16384x16384 @ (2048x16384)^T")
-    for key, product in products.items():
-        try:
-            row[key] = timed_ms(jax.jit(product), (x, y), repeats)[1]
-        except Exception as e:  # noqa: BLE001
-            row[key] = f"{type(e).__name__}: {str(e)[:160]}"
-    return row
+    routes = _routes(update)
+    del routes["emulated"]
+    return _measured(dict(update=update, shape="16384x16384 @ (2048x16384)^T"), routes, "_ms",
+                     lambda product: timed_ms(product, (x, y), repeats)[1])
 
 
 def diagnose(a, name: str) -> dict:
