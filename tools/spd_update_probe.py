@@ -141,12 +141,7 @@ def _parts_by_one_pass(x, y, spec):
     """x @ y^H as the emulation forms it (its parts' products, the smallest
     first), each product by the one-pass preset the X3 / X6 one is built on."""
     one_pass = getattr(lax.DotAlgorithmPreset, spec.preset.rsplit("_X", 1)[0])
-    xs, ys = precision._parts(x, spec), precision._parts(y, spec)
-    total = 0
-    for i, j in spec.products:
-        total = total + lax.dot_general(xs[i], ys[j], (((1,), (1,)), ((), ())), precision=one_pass,
-                                        preferred_element_type=jnp.float32)
-    return total
+    return precision._emulated(x, y, True, spec, term_precision=one_pass)
 
 
 def _routes(update: str) -> dict:

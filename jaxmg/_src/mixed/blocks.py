@@ -42,14 +42,13 @@ def config(dtype, *, block_size, update, panel, variant, panel_solve, variants,
     """bounded: the factor's entries stay near 1 once A is scaled (Cholesky:
     |L_ij| <= sqrt(max_i A_ii)); LU's U grows with its pivots, so it takes no
     narrow-range update (float16)."""
-    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-        raise ValueError(f"block_size must be a positive int, got {block_size!r}")
+    _check_positive_int("block_size", block_size)
     if panel not in PANELS:
         raise ValueError(f"panel={panel!r} is not a panel precision; use one of {PANELS}")
     if variant not in variants:
         raise ValueError(f"variant={variant!r} is not known here; use one of {variants}")
-    if span is not None and (isinstance(span, bool) or not isinstance(span, int) or span < 1):
-        raise ValueError(f"span must be a positive int or None, got {span!r}")
+    if span is not None:
+        _check_positive_int("span", span, " or None")
     if panel_solve not in ("trsm", "inverse"):
         raise ValueError(f'panel_solve={panel_solve!r}: use "trsm" or "inverse"')
     precision.check_update(update, work_dtype(dtype, panel))
@@ -59,6 +58,11 @@ def config(dtype, *, block_size, update, panel, variant, panel_solve, variants,
             "can exceed; use bf16, bf16x3 or tf32 for LU"
         )
     return Config(block_size, update, panel, variant, panel_solve, span)
+
+
+def _check_positive_int(name: str, value, alternatives: str = ""):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive int{alternatives}, got {value!r}")
 
 
 def update_product(x, y, cfg: Config, *, adjoint_y: bool):

@@ -150,12 +150,14 @@ def _parts(x, spec: Update):
     return parts
 
 
-def _emulated(x, y, adjoint_y: bool, spec: Update):
+def _emulated(x, y, adjoint_y: bool, spec: Update, term_precision=lax.Precision.HIGHEST):
+    """The sum of the parts' products, each at term_precision (HIGHEST: exact
+    in float32 for parts of at most 11 significant bits)."""
     xs = _parts(x, spec)
     ys = _parts(y, spec)
     total = None
     for i, j in spec.products:  # the smallest products first, as the presets sum them
-        term = _dot(xs[i], ys[j], adjoint_y, lax.Precision.HIGHEST)
+        term = _dot(xs[i], ys[j], adjoint_y, term_precision)
         total = term if total is None else total + term
     return total
 
