@@ -1,8 +1,33 @@
 """Entry point of every Python test target: forces N host CPU devices, then
-runs pytest on the given file."""
+runs pytest on the given file (its share of the tests, when Bazel shards it)."""
 
 import os
+import pathlib
 import sys
+
+
+class BazelShard:
+    """Keeps every `total`-th collected test from `index` on: the cases of one
+    parametrized (and often equally slow) test spread over the shards."""
+
+    def __init__(self, index: int, total: int):
+        self.index, self.total = index, total
+
+    def pytest_collection_modifyitems(self, config, items):
+        mine = [i % self.total == self.index for i in range(len(items))]
+        config.hook.pytest_deselected(items=[t for t, m in zip(items, mine) if not m])
+        items[:] = [t for t, m in zip(items, mine) if m]
+
+
+def bazel_shard() -> list[BazelShard]:
+    total = int(os.environ.get("TEST_TOTAL_SHARDS", "1"))
+    if total <= 1:
+        return []
+    # Tells Bazel this runner shards; otherwise every shard would run everything.
+    status = os.environ.get("TEST_SHARD_STATUS_FILE")
+    if status:
+        pathlib.Path(status).touch()
+    return [BazelShard(int(os.environ["TEST_SHARD_INDEX"]), total)]
 
 
 def main() -> int:
@@ -24,7 +49,7 @@ def main() -> int:
 
     report = os.environ.get("XML_OUTPUT_FILE")  # set by `bazel test`
     junit = [f"--junitxml={report}"] if report else []
-    return pytest.main(["-p", "no:cacheprovider", "-q", *junit, *args])
+    return pytest.main(["-p", "no:cacheprovider", "-q", *junit, *args], plugins=bazel_shard())
 
 
 if __name__ == "__main__":

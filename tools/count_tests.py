@@ -11,16 +11,26 @@ import sys
 import xml.etree.ElementTree as ET
 
 
+def reports(directory: pathlib.Path) -> list[pathlib.Path] | None:
+    """The target's test.xml, or one per shard; None when any is missing."""
+    shards = sorted(directory.glob("shard_*_of_*/test.xml"))
+    if not shards:
+        return [directory / "test.xml"] if (directory / "test.xml").is_file() else None
+    total = int(shards[0].parent.name.rsplit("_", 1)[1])
+    expected = [directory / f"shard_{i}_of_{total}" / "test.xml" for i in range(1, total + 1)]
+    return expected if all(xml.is_file() for xml in expected) else None
+
+
 def main(testlogs: pathlib.Path, targets: list[str]) -> int:
     passed = failed = skipped = 0
     for target in targets:
         package, name = target.lstrip("/").split(":")
-        xml = testlogs / package / name / "test.xml"
-        if not xml.is_file():
+        xmls = reports(testlogs / package / name)
+        if xmls is None:
             print(f"{target}: no result", file=sys.stderr)
             failed += 1
             continue
-        for case in ET.parse(xml).iter("testcase"):
+        for case in (case for xml in xmls for case in ET.parse(xml).iter("testcase")):
             if case.find("failure") is not None or case.find("error") is not None:
                 failed += 1
             elif case.find("skipped") is not None:
