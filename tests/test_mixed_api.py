@@ -468,6 +468,34 @@ def test_vmap_of_numpy_matrices_with_mesh(rng):
         close(x[i], a[i], b[i])
 
 
+def test_a_cholesky_fp16_cannot_factor_is_factored_again_with_bf16x6_in_spans(rng, monkeypatch):
+    """The retry's updates: BF16x6 summed over spans of 2048 terms, which on
+    GPUs refined where BF16x3 and unspanned BF16x6 fell back (api.py). An LU
+    that fails meets a singular matrix: it is not factored again."""
+    from jaxmg._src.mixed import cholesky as chol, lu
+
+    seen = []
+
+    def failing(real, update):
+        def factor(a, scale, *, cfg, rows, **kwargs):
+            seen.append((cfg.update, cfg.span))
+            f, info = real(a, scale, cfg=cfg, rows=rows, **kwargs)
+            return f, jnp.where(cfg.update == update, jnp.int32(3), info)
+        return factor
+
+    monkeypatch.setattr(chol, "_cholesky", failing(chol._cholesky, "fp16"))
+    monkeypatch.setattr(lu, "_lu", failing(lu._lu, "bf16x3"))
+    jax.clear_caches()  # programs traced before the patch would not call it
+    s, b = spd(rng, n=16), helpers.random_matrix(rng, 16, np.float64, 2)
+    x, info = jaxmg.solve(s, b, assume_a="pos", precision="mixed", return_info=True)
+    assert seen == [("fp16", None), ("bf16x6", 2048)]
+    assert int(info.factor_info) == 0 and not np.asarray(info.fallback).any()
+    close(x, s, b)
+    seen.clear()
+    _, info = jaxmg.solve(general(rng, n=16), b, precision="mixed", return_info=True)
+    assert seen == [("bf16x3", None)] and int(info.factor_info) == 3
+
+
 def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
     """The Cholesky's retry at a more accurate update (where the first one
     fails) runs per matrix under vmap: as a select, explicit sharding refused

@@ -234,7 +234,7 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    updates = dict.fromkeys([api.SPD["update"], api.RETRY_UPDATE]
+    updates = dict.fromkeys([api.SPD["update"], api.RETRY["update"]]
                             + [name.partition("@")[0].partition(":")[0] for name in args.factors])
     for update in updates:
         for k in (2048, 16384):

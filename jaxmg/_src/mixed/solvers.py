@@ -145,15 +145,15 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     return placement.call(rows, body, out_specs, a, b)
 
 
-def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | None = None,
+def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: dict | None = None,
               triangle: str | None = None):
     """The low-precision factorisation alone, for solving later with
     solve_factored: (CholeskyFactor or LUFactor, its info, A's norms for the
     refinement: refine.norms, one pass over A that the solves then skip).
     Where it fails (at BF16 a Cholesky of a matrix conditioned beyond about
-    1e3 does) and `retry` names a more accurate update precision, the
-    factorisation runs again with it (same panels, so the same factor
-    structure) before the solves would fall back to float64.
+    1e3 does) and `retry` sets cfg's `update` (and `span`) to more accurate
+    ones, the factorisation runs again with them (same panels, so the same
+    factor structure) before the solves would fall back to float64.
     triangle ("spd", one device): a holds A in its "upper" or "lower"
     triangle only (hermitian.py); None: a is all of A."""
     upper = triangle == "upper"
@@ -163,8 +163,8 @@ def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: str | 
     factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
     scale = _scale(kind, a, norms[0], rows.sharded)
     f, info = factor(a, scale, cfg=cfg, rows=rows)
-    if retry is not None and retry != cfg.update:
-        again = dataclasses.replace(cfg, update=retry)
+    again = dataclasses.replace(cfg, **retry) if retry else cfg
+    if again != cfg:
         if not isinstance(info, jax.core.Tracer):  # eager: compile the retry only when needed
             if int(info) != 0:
                 f, info = factor(a, scale, cfg=again, rows=rows)
