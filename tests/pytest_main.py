@@ -14,9 +14,9 @@ class BazelShard:
         self.index, self.total = index, total
 
     def pytest_collection_modifyitems(self, config, items):
-        mine = [i % self.total == self.index for i in range(len(items))]
-        config.hook.pytest_deselected(items=[t for t, m in zip(items, mine) if not m])
-        items[:] = [t for t, m in zip(items, mine) if m]
+        others = [t for i, t in enumerate(items) if i % self.total != self.index]
+        config.hook.pytest_deselected(items=others)
+        items[:] = items[self.index::self.total]
 
 
 def bazel_shard() -> list[BazelShard]:

@@ -471,6 +471,17 @@ def test_vmap_of_numpy_matrices_with_mesh(rng):
         close(x[i], a[i], b[i])
 
 
+def failing_at(factor, update: str, seen: list | None = None):
+    """factor (a blocked factorisation), reporting a failure (info 3) where it
+    runs with `update`; each call's (update, span) is appended to seen."""
+    def wrapped(a, scale, *, cfg, rows, **kwargs):
+        if seen is not None:
+            seen.append((cfg.update, cfg.span))
+        f, info = factor(a, scale, cfg=cfg, rows=rows, **kwargs)
+        return f, jnp.where(cfg.update == update, jnp.int32(3), info)
+    return wrapped
+
+
 def test_a_cholesky_fp16_cannot_factor_is_factored_again_with_bf16x6_in_spans(rng, monkeypatch):
     """The retry's updates: BF16x6 summed over spans of 2048 terms, which on
     GPUs refined where BF16x3 and unspanned BF16x6 fell back (api.py). An LU
@@ -478,16 +489,8 @@ def test_a_cholesky_fp16_cannot_factor_is_factored_again_with_bf16x6_in_spans(rn
     from jaxmg._src.mixed import cholesky as chol, lu
 
     seen = []
-
-    def failing(real, update):
-        def factor(a, scale, *, cfg, rows, **kwargs):
-            seen.append((cfg.update, cfg.span))
-            f, info = real(a, scale, cfg=cfg, rows=rows, **kwargs)
-            return f, jnp.where(cfg.update == update, jnp.int32(3), info)
-        return factor
-
-    monkeypatch.setattr(chol, "_cholesky", failing(chol._cholesky, "fp16"))
-    monkeypatch.setattr(lu, "_lu", failing(lu._lu, "bf16x3"))
+    monkeypatch.setattr(chol, "_cholesky", failing_at(chol._cholesky, "fp16", seen))
+    monkeypatch.setattr(lu, "_lu", failing_at(lu._lu, "bf16x3", seen))
     jax.clear_caches()  # programs traced before the patch would not call it
     s, b = spd(rng, n=16), helpers.random_matrix(rng, 16, np.float64, 2)
     x, info = jaxmg.solve(s, b, assume_a="pos", precision="mixed", return_info=True)
@@ -507,13 +510,7 @@ def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
 
     from jaxmg._src.mixed import cholesky as chol
 
-    real = chol._cholesky
-
-    def first_fails(a, scale, *, cfg, rows, upper=False):  # the FP16 attempt reports a failure
-        f, info = real(a, scale, cfg=cfg, rows=rows, upper=upper)
-        return f, jnp.where(cfg.update == "fp16", jnp.int32(3), info)
-
-    monkeypatch.setattr(chol, "_cholesky", first_fails)
+    monkeypatch.setattr(chol, "_cholesky", failing_at(chol._cholesky, "fp16"))
     mesh = helpers.mesh(2)
     s = np.stack([spd(rng, n=16), spd(rng, n=16)])
     b = helpers.random_matrix(rng, 2, np.float64, 16)
