@@ -33,7 +33,8 @@ its emulation rounds below what the precision promises. Then each one's time
 for a 16384 x 16384 by 2048 x 16384 product, by the same routes.
 
 Prints a line per measurement (median ms of --repeats calls after one
-compiling call, refinement iterations, fallback, backward error) and writes
+compiling call, refinement iterations, fallback, backward error; for the
+default, where its first factorisation failed: first_factor_info) and writes
 them to $OUT/spd_update_probe.json (OUT defaults to /tmp).
 """
 
@@ -195,6 +196,14 @@ def gemm_times(update: str, repeats: int) -> dict:
                      lambda product: timed_ms(product, (x, y), repeats)[1])
 
 
+def first_factor_info(a) -> int:
+    """Where the default's first factorisation (api.SPD) failed: the order
+    of its first non-positive pivot, or 0. How early it fails is what could
+    tell a matrix beyond the retry's reach before paying for the retry."""
+    scale = solvers._scale("spd", a, None)
+    return int(cholesky.cholesky(a, scale=scale, **factor_options(api.SPD["update"]))[1])
+
+
 def diagnose(a, name: str) -> dict:
     """The factor's backward error and classic refinement's rate (see the
     module's text). name JAX_FLOAT32: JAX's own float32 Cholesky and
@@ -255,6 +264,8 @@ def main() -> None:
                 if info is not None:
                     row.update(iterations=int(info.iterations), fallback=bool(info.fallback),
                                factor_info=int(info.factor_info))
+                if fn is public:
+                    row["first_factor_info"] = first_factor_info(a)
                 factor = name.removeprefix("mixed, ")
                 if n <= args.diagnose and factor in args.factors:
                     row["diagnosis"] = diagnose(a, factor)
