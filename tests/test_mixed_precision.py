@@ -272,6 +272,40 @@ def test_cholesky_info_is_lapacks(rng, variant, where):
     assert int(info) == expected == where + 1
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+@pytest.mark.parametrize("where", [0, 127, 128, 129, 300, 383])
+def test_the_failing_pivot_search_in_sub_blocks_is_lapacks(rng, dtype, where):
+    """The search that turns a failed diagonal block into LAPACK's order, in
+    sub-blocks of cholesky.SEARCH_BLOCK (here 3 and a ragged one), the last
+    of which may be the identity padding a short block."""
+    n = 3 * cholesky.SEARCH_BLOCK + 50
+    a = indefinite_at(rng, n, where, dtype)
+    assert where == 0 or a[where, where].real > 0  # only the eliminations show it
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
+    expected = potrf(a, lower=True)[1]
+    a[np.triu_indices(n, 1)] = np.nan  # only the lower triangle is read
+    padded = np.eye(n + 30, dtype=dtype)
+    padded[:n, :n] = a
+    found = jax.jit(cholesky._first_nonpositive_pivot)
+    assert int(found(jnp.asarray(a))) == int(found(jnp.asarray(padded))) == expected == where + 1
+
+
+def test_a_factorisation_reports_lapacks_order_found_in_sub_blocks(rng):
+    a = indefinite_at(rng, 300, 200, np.float64)
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
+    _, info = cholesky.cholesky(jnp.asarray(a), block_size=2 * cholesky.SEARCH_BLOCK)
+    assert int(info) == potrf(a, lower=True)[1] == 201
+
+
+def indefinite_at(rng, n: int, where: int, dtype) -> np.ndarray:
+    """L D L^H: L unit lower triangular, D 1 but -0.1 at `where`, so the
+    leading minors are positive up to order `where` and not at where + 1."""
+    l = np.eye(n) + np.tril(random_matrix(rng, n, dtype), -1) * 1.5 / np.sqrt(n)
+    d = np.ones(n)
+    d[where] = -0.1
+    return ((l * d) @ l.conj().T).astype(dtype)
+
+
 def test_cholesky_info_of_an_indefinite_complex_matrix(rng):
     a = hermitian(rng, N, np.complex128)
     (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
