@@ -171,8 +171,7 @@ def _panel(c, o: int, w: int, cfg: blk.Config, rows: placement.Rows, failure):
     inverse, the rows below as stored, failure)."""
     s = rows.start(o)
     l11 = lax.linalg.cholesky(rows.whole(c[o - s : o - s + w]), symmetrize_input=False)
-    failed = ~jnp.all(jnp.isfinite(jnp.diagonal(l11).real))
-    failure = failure.record(failed, o, rows.whole(c[o - s : o - s + w]))
+    failure = failure.record(did_not_factor(l11), o, rows.whole(c[o - s : o - s + w]))
     inv = blk.inverse_lower(l11)
     rest = c if rows.sharded else c[w:]
     if cfg.panel_solve == "trsm":
@@ -183,6 +182,11 @@ def _panel(c, o: int, w: int, cfg: blk.Config, rows: placement.Rows, failure):
     if rows.sharded:
         l21 = jnp.where(rows.row_index(0, c.shape[0]) >= o + w, l21, jnp.zeros((), l21.dtype))
     return l11, inv, rows.rows(l21), failure
+
+
+def did_not_factor(l11):
+    """Whether JAX's Cholesky factor l11 is a failure (JAX's are NaN then)."""
+    return ~jnp.all(jnp.isfinite(jnp.diagonal(l11).real))
 
 
 def _right_solve_adjoint(c, l11):
@@ -206,17 +210,15 @@ def _first_nonpositive_pivot(d):
     w = d.shape[0]
     if w <= SEARCH_BLOCK:
         return _first_nonpositive_pivot_unblocked(d)
-    m = jnp.tril(d)
-    m = m + jnp.conj(jnp.tril(m, -1)).T
-    failure = blk.FirstFailure.none(SEARCH_BLOCK, m.dtype)
+    failure = blk.FirstFailure.none(SEARCH_BLOCK, d.dtype)
     for o, s in blk.partition(w, SEARCH_BLOCK):
-        d11 = m[o : o + s, o : o + s]
+        d11 = d[o : o + s, o : o + s]
         l11 = lax.linalg.cholesky(d11, symmetrize_input=False)
-        failure = failure.record(~jnp.all(jnp.isfinite(jnp.diagonal(l11).real)), o, d11)
+        failure = failure.record(did_not_factor(l11), o, d11)
         if o + s < w:
-            l21 = _right_solve_adjoint(m[o + s :, o : o + s], l11)
+            l21 = _right_solve_adjoint(d[o + s :, o : o + s], l11)
             update = jnp.matmul(l21, jnp.conj(l21).T, precision=lax.Precision.HIGHEST)
-            m = m.at[o + s :, o + s :].add(-update)
+            d = d.at[o + s :, o + s :].add(-update)  # the upper triangle, never read, too
     return failure.info(_first_nonpositive_pivot_unblocked)
 
 

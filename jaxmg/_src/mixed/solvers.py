@@ -291,8 +291,7 @@ def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, fac
         solve = functools.partial(chol._sweeps, factor)
     else:
         c = jsl.cho_factor(a, lower=triangle != "upper")
-        failed = ~jnp.all(jnp.isfinite(jnp.diagonal(c[0]).real))
-        info = jnp.where(failed, jnp.maximum(factor_info, 1), 0).astype(jnp.int32)
+        info = jnp.where(chol.did_not_factor(c[0]), jnp.maximum(factor_info, 1), 0).astype(jnp.int32)
         solve = functools.partial(jsl.cho_solve, c)
     return _fallback_solve(matvec, b, anorm, floor, solve, info)
 
