@@ -106,12 +106,16 @@ SECOND_ORDER = {
 }
 
 
-@pytest.mark.parametrize("name", list(SECOND_ORDER))
-@pytest.mark.parametrize(
-    "devices, jit, dtype",
-    [(0, False, np.float64), (2, True, np.complex128), (4, False, np.complex128),
-     (0, True, np.float64)],
-)
+SECOND_ORDER_FORMS = ((0, False, np.float64), (2, True, np.complex128), (4, False, np.complex128),
+                      (0, True, np.float64))
+
+
+# Each routine in two of the forms (devices, jit, dtype), taken in turn: every
+# form meets three routines, and every routine runs once sharded.
+@pytest.mark.parametrize("name, devices, jit, dtype", [
+    (name, *SECOND_ORDER_FORMS[(i + k) % len(SECOND_ORDER_FORMS)])
+    for i, name in enumerate(SECOND_ORDER) for k in (0, 2)
+])
 def test_second_derivatives_as_jax(rng, name, devices, jit, dtype):
     """Second-order forward and reverse derivatives (jax.test_util.check_grads
     order=2, as JAX's tests of lu, det, slogdet and inv) on one device or rows

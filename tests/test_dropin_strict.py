@@ -57,9 +57,16 @@ def _skip_missing(name):
         pytest.skip("the reference API has no polar")
 
 
-@pytest.mark.parametrize("placement", PLACEMENTS, ids=lambda p: f"{p[0]}{p[1]}")
-@pytest.mark.parametrize("dtype", STRICT_DTYPES, ids=dropin.dtype_id)
-@pytest.mark.parametrize("name", list(ROUTINES))
+# Every routine in every dtype; the placements taken in turn, so each routine
+# and each dtype runs both on one device and row-sharded.
+STRICT_CASES = [
+    pytest.param(name, dtype, placement, id=f"{name}-{dropin.dtype_id(dtype)}-{placement[0]}")
+    for i, name in enumerate(ROUTINES) for j, dtype in enumerate(STRICT_DTYPES)
+    for placement in [PLACEMENTS[(i + j) % len(PLACEMENTS)]]
+]
+
+
+@pytest.mark.parametrize("name, dtype, placement", STRICT_CASES)
 def test_strict_promotion_gives_the_permissive_result(rng, name, dtype, placement):
     """Under jax_numpy_dtype_promotion="strict" and rank promotion "raise"
     (JAX's test defaults) every routine runs, eager, jitted and
