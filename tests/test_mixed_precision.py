@@ -17,6 +17,7 @@ from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 from scipy.linalg import lapack
 
 from helpers import devices, hermitian, mesh, random_matrix, run_python, spd
+import jaxmg
 from jaxmg._src.mixed import blocks, cholesky, lu, normal, placement, precision, refine, solvers
 
 CONDITIONS = (10.0, 1e4, 1e6)
@@ -154,6 +155,41 @@ def test_unknown_update_names_the_choices():
 def test_float64_updates_need_a_float64_panel():
     with pytest.raises(ValueError, match='update="f64" needs panel="float64"'):
         cholesky.cholesky(jnp.eye(4), update="f64")
+
+
+def test_programs_take_the_compiler_options_only_when_nothing_traces_them(monkeypatch):
+    real_jit, ran = jax.jit, []
+
+    def recording_jit(fun, **options):
+        jitted = real_jit(fun, **options)
+
+        def run(*args, **kwargs):
+            ran.append(options.get("compiler_options"))
+            return jitted(*args, **kwargs)
+
+        run.lower = jitted.lower
+        return run
+
+    monkeypatch.setattr(jax, "jit", recording_jit)
+    double = precision.jit(lambda x: 2 * x)
+    monkeypatch.setattr(jax, "jit", real_jit)
+    x = jnp.arange(3.0)
+    forms = {
+        "eager": lambda: double(x),
+        "jit": lambda: jax.jit(double)(x),
+        "grad": lambda: jax.grad(lambda v: double(v).sum())(x) * x,
+        "vmap": lambda: jax.vmap(double)(x),
+        "jit of a constant": lambda: jax.jit(lambda: double(x))(),
+    }
+    for form, call in forms.items():
+        np.testing.assert_allclose(call(), 2 * x, err_msg=form)
+        assert ran.pop() == (precision.COMPILER_OPTIONS if form == "eager" else None), form
+
+
+def test_a_mixed_solve_of_constants_inside_a_callers_jit(rng):
+    a, b = spd(rng, 40, np.float64), rng.standard_normal(40)
+    x = jax.jit(lambda: jaxmg.solve(a, b, assume_a="pos", precision="mixed"))()
+    assert backward_error(a, x, b)[0] < 4 * eps(np.float64)
 
 
 # --------------------------------------------------------------------------

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures, sharding
+from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import refine as rf, solvers
 
@@ -202,7 +203,7 @@ def _matrix(a, mesh, spec, triangle: str | None = None):
     return _placed(a, rows, mesh, P(rows.axis, None)), rows, n
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
+@precision.jit(static_argnums=(1, 2))
 def _padded(a, extra: int, triangle: str | None = None):
     """A as the leading block of diag(A, d I), of an order that the devices
     divide (sharded rows must divide evenly): the same solution in the
@@ -248,12 +249,12 @@ def _read_jvp(upper, rows, primals, tangents):
     return _read(primals[0], upper, rows), _row_placed(tangents[0], rows=rows)
 
 
-@functools.partial(jax.jit, static_argnames=("rows",))
+@precision.jit(static_argnames=("rows",))
 def _row_placed(t, *, rows: placement.Rows):
     return placement.call(rows, lambda t: t, P(rows.axis, None), t)
 
 
-@functools.partial(jax.jit, static_argnames=("upper", "rows"))
+@precision.jit(static_argnames=("upper", "rows"))
 def _hermitian(a, *, upper: bool, rows: placement.Rows):
     """The refinement's residuals read all of A: the other triangle is
     mirrored from the one the solve reads."""
@@ -312,7 +313,7 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
     return _result(b, x[:n], record, kind, on_failure)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "triangle", "rows", "cfg", "trans"))
+@precision.jit(static_argnames=("kind", "triangle", "rows", "cfg", "trans"))
 def _factor_and_solve(a, b, *, kind, triangle, rows, cfg: blk.Config, trans: int = 0):
     """op(A) x = b (trans as for _solve), factored with cfg (a static
     argument: a program compiled for one configuration is never reused for
@@ -388,7 +389,7 @@ def _like(x, b):
     return x if x.sharding.is_equivalent_to(want, x.ndim) else jax.device_put(x, want)
 
 
-@functools.partial(jax.jit, static_argnames=("trans",))
+@precision.jit(static_argnames=("trans",))
 def _solve(f: MixedFactor, b, *, trans: int):
     conj = jnp.iscomplexobj(f.a)
     adjoint = trans == 2 or (trans == 1 and not conj)

@@ -26,6 +26,7 @@ import jax.numpy as jnp
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, hermitian, placement
 
 VARIANTS = ("left", "right", "right_full")
@@ -96,7 +97,7 @@ def cholesky(
     return _cholesky(a, scale, cfg=cfg, rows=rows)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "rows", "upper"))
+@precision.jit(static_argnames=("cfg", "rows", "upper"))
 def _cholesky(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = False):
     out_specs = (factor_specs(a.shape[0], cfg.block_size, rows), P())
     body = functools.partial(_factor, cfg=cfg, rows=rows, upper=upper)
@@ -252,7 +253,7 @@ def solve(f: CholeskyFactor, b):
     return _solve(f, b)
 
 
-@jax.jit
+@precision.jit
 def _solve(f: CholeskyFactor, b):
     return placement.call(f.rows, _sweeps, P(), f, b)
 
@@ -284,7 +285,7 @@ def dense(f: CholeskyFactor):
     return _dense(f)
 
 
-@jax.jit
+@precision.jit
 def _dense(f: CholeskyFactor):
     return placement.call(f.rows, _assemble, P(), f)
 

@@ -20,6 +20,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import PartitionSpec as P
 
+from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, placement
 
 VARIANTS = ("right", "right_full")
@@ -91,7 +92,7 @@ def lu(
     return _lu(a, scale, cfg=cfg, rows=rows)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "rows"))
+@precision.jit(static_argnames=("cfg", "rows"))
 def _lu(a, scale, *, cfg: blk.Config, rows: placement.Rows):
     parts = blk.partition(a.shape[0], cfg.block_size)
     row = P(rows.axis, None)
@@ -192,7 +193,7 @@ def solve(f: LUFactor, b, *, adjoint: bool = False):
     return _solve(f, b, adjoint=adjoint)
 
 
-@functools.partial(jax.jit, static_argnames=("adjoint",))
+@precision.jit(static_argnames=("adjoint",))
 def _solve(f: LUFactor, b, *, adjoint: bool):
     return placement.call(f.rows, functools.partial(_sweeps, adjoint=adjoint), P(), f, b)
 
@@ -257,7 +258,7 @@ def dense(f: LUFactor):
     return _dense(f)
 
 
-@jax.jit
+@precision.jit
 def _dense(f: LUFactor):
     packed = lambda f: f.rows.whole(jnp.concatenate(f.columns, axis=1))  # noqa: E731
     return placement.call(f.rows, packed, P(), f)

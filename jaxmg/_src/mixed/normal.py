@@ -89,7 +89,7 @@ def gram(ah, block_size: int, update: str, rows: placement.Rows = placement.Rows
     return g
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "rows"))
+@precision.jit(static_argnames=("cfg", "rows"))
 def factor(a, *, cfg: blk.Config, rows: placement.Rows = placement.Rows()):
     """(GramFactor, info): info 0, or the order at which G's low-precision
     Cholesky found it not positive definite (A singular, or conditioned

@@ -24,15 +24,32 @@ FP16 has 3 more significand bits than BF16 but float16's range (largest
 65504, subnormal below 6.1e-5): the callers keep its operands near 1 (the
 Cholesky scales A by a power of two to a unit diagonal maximum, so every
 entry of L is at most about 1, and scales the diagonal block's inverse).
+
+XLA compiles each GEMM of a program as cuBLAS calls and as Triton kernels of
+many tilings, and times them all on the program's first run. The mixed
+solves' GEMMs come in many shapes (one per block column), and that tuning
+was most of their first call, for kernels no faster than cuBLAS's: on one
+H100 (tools/compile_probe.py, docs/benchmarks.md), the SPD solve at cond 10
+compiled in 231 s at N=32768 and then took 87.8 ms, without Triton GEMMs in
+35 s and 86.7 ms; the general one in 72 s and 229 ms, without them 12 s and
+207 ms. So the mixed solves' programs (`jit`) compile without them. Under a
+caller's own jax.jit the caller's options hold:
+jax.jit(f, compiler_options=COMPILER_OPTIONS) passes these.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 from jax import lax
+
+try:
+    from jax.extend import core as _extend_core
+except ImportError:  # a JAX without it: no compiler options (precision.jit)
+    _extend_core = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +62,35 @@ class Update:
     parts: int
     products: tuple[tuple[int, int], ...]
     exponent_bits: int = 8  # 5: float16, emulated by rounding to float16 itself
+
+
+COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+
+
+def jit(fun=None, **options):
+    """jax.jit, compiling with COMPILER_OPTIONS where the call is a program
+    of its own: JAX takes compiler options only for a jit that is not traced
+    into another program, and a transformation (grad, vmap) may trace it
+    into one, so under any of them the jit has none. As a decorator with or
+    without jax.jit's options."""
+    if fun is None:
+        return functools.partial(jit, **options)
+    own = jax.jit(fun, compiler_options=COMPILER_OPTIONS, **options)
+    traced = jax.jit(fun, **options)
+
+    @functools.wraps(fun)
+    def call(*args, **kwargs):
+        return (own if _evaluating() else traced)(*args, **kwargs)
+
+    call.lower = own.lower
+    return call
+
+
+def _evaluating() -> bool:
+    """Whether JAX runs each operation as it comes (nothing traces the
+    caller). An unknown JAX answers no: its programs compile as jax.jit's."""
+    find = getattr(_extend_core, "find_top_trace", None)
+    return find is not None and type(find(())).__name__ == "EvalTrace"
 
 
 _X1 = ((0, 0),)

@@ -17,6 +17,7 @@ from jax import custom_batching, lax
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import failures
+from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import refine as rf
 
@@ -138,7 +139,7 @@ def _front(kind: str, a, b, args):
 GENERAL_VARIANTS = lum.VARIANTS + normal.VARIANTS
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
+@precision.jit(static_argnames=("kind", "cfg", "opts", "fallback", "rows"))
 def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
     body = functools.partial(_solve_body, kind=kind, cfg=cfg, opts=opts, fallback=fallback, rows=rows)
@@ -194,11 +195,11 @@ def solve_factored(kind: str, a, factor, factor_info, norms, b, cfg: blk.Config,
                            triangle=triangle)
 
 
-_norms = jax.jit(rf.norms)
-_triangle_norms = jax.jit(hermitian.norms, static_argnums=1)
+_norms = precision.jit(rf.norms)
+_triangle_norms = precision.jit(hermitian.norms, static_argnums=1)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3))
+@precision.jit(static_argnums=(0, 3))
 def _scale(kind: str, a, anorm, sharded: bool = False):
     """The power of two A is multiplied by before it is rounded: to a largest
     diagonal entry in [1, 2) for a Cholesky (so |L_ij| < sqrt(2), within
@@ -211,7 +212,7 @@ def _scale(kind: str, a, anorm, sharded: bool = False):
     return blk.power_of_two_near_inverse(largest)
 
 
-@functools.partial(jax.jit, static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint",
+@precision.jit(static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint",
                                              "triangle"))
 def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows, adjoint,
                     triangle=None):
