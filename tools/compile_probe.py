@@ -46,8 +46,7 @@ def worker(routine: str, n: int, setting: str, cond: float, repeats: int) -> dic
 
     jax.config.update("jax_enable_x64", True)
     import jaxmg
-    from jaxmg._src.mixed import refine
-    from tools.bench import matrices
+    from tools.bench import checks, matrices, timing
 
     kind = "spd" if routine == "spd" else "general"
     a = jax.jit(lambda seed: matrices.conditioned(n, "float64", kind, cond, seed))(0)
@@ -63,9 +62,7 @@ def worker(routine: str, n: int, setting: str, cond: float, repeats: int) -> dic
         return jsl.lu_solve(jsl.lu_factor(a), b)
 
     def timed(fn):
-        start = time.perf_counter()
-        jax.block_until_ready(fn(a, b))
-        return time.perf_counter() - start
+        return timing.timed(fn, a, b)[1]
 
     if setting == "eager":
         lowered_s, compiled = 0.0, mixed
@@ -79,8 +76,7 @@ def worker(routine: str, n: int, setting: str, cond: float, repeats: int) -> dic
     first_ms = 1e3 * timed(compiled)
     ms = 1e3 * statistics.median(timed(compiled) for _ in range(repeats))
     x, info = compiled(a, b)
-    anorm = jnp.max(jnp.sum(jnp.abs(a), axis=1))
-    berr = refine.backward_error((b - a @ x)[:, None], x[:, None], b[:, None], anorm)[0]
+    berr = checks.backward_error(a, b, x)
     row = dict(routine=routine, n=n, cond=cond, setting=setting, lower_s=lowered_s,
                compile_s=compile_s, first_ms=first_ms, ms=ms, iterations=int(info.iterations),
                fallback=bool(info.fallback), backward_error=float(berr))

@@ -45,11 +45,7 @@ import functools
 import jax
 import jax.numpy as jnp
 from jax import lax
-
-try:
-    from jax.extend import core as _extend_core
-except ImportError:  # a JAX without it: no compiler options (precision.jit)
-    _extend_core = None
+from jax.extend import core as jax_core
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,10 +83,8 @@ def jit(fun=None, **options):
 
 
 def _evaluating() -> bool:
-    """Whether JAX runs each operation as it comes (nothing traces the
-    caller). An unknown JAX answers no: its programs compile as jax.jit's."""
-    find = getattr(_extend_core, "find_top_trace", None)
-    return find is not None and type(find(())).__name__ == "EvalTrace"
+    """Whether JAX runs each operation as it comes (nothing traces the caller)."""
+    return type(jax_core.find_top_trace(())).__name__ == "EvalTrace"
 
 
 _X1 = ((0, 0),)

@@ -212,8 +212,7 @@ def _scale(kind: str, a, anorm, sharded: bool = False):
     return blk.power_of_two_near_inverse(largest)
 
 
-@precision.jit(static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint",
-                                             "triangle"))
+@precision.jit(static_argnames=("kind", "cfg", "opts", "fallback", "rows", "adjoint", "triangle"))
 def _solve_factored(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows, adjoint,
                     triangle=None):
     out_specs = (P(), Refinement(P(), P(), P(), P(), P(), P()))
