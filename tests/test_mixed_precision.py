@@ -333,6 +333,67 @@ def test_a_factorisation_reports_lapacks_order_found_in_sub_blocks(rng):
     assert int(info) == potrf(a, lower=True)[1] == 201
 
 
+@pytest.mark.parametrize("on_mesh", [False, True])
+@pytest.mark.parametrize("stop_every,factored", [(1, 2), (3, 3), (0, 5)])
+def test_a_failed_factorisation_stops_at_its_next_stop(rng, monkeypatch, on_mesh, stop_every, factored):
+    """A failure in block column 1 of 5: with a stop before every column the
+    columns after it are not factored, with a stop every third one column
+    more is, with none all are; LAPACK's order and the not-finite factor
+    either way."""
+    n, nb = 300, 64
+    a = indefinite_at(rng, n, 100, np.float64)
+    panels = []
+    real_panel = cholesky._panel
+
+    def counted(c, o, *rest):
+        jax.debug.callback(lambda: panels.append(o))
+        return real_panel(c, o, *rest)
+
+    monkeypatch.setattr(cholesky, "_panel", counted)
+    monkeypatch.setattr(cholesky, "STOP_EVERY", stop_every)
+    cfg = blocks.config(np.float64, block_size=nb, update="bf16", panel="float32", variant="left",
+                        panel_solve="trsm", variants=cholesky.VARIANTS)
+    a_in, rows = jnp.asarray(a), placement.Rows()
+    if on_mesh:
+        a_in, m = sharded(np.pad(a, ((0, 4), (0, 4))) + np.diag([0.0] * n + [1.0] * 4), AxisType.Explicit)
+        rows = placement.resolve(a_in)
+    f, info = fresh_factorisation(cfg, rows)(a_in)
+    jax.effects_barrier()
+    (potrf,) = lapack.get_lapack_funcs(("potrf",), (a,))
+    assert int(info) == potrf(a, lower=True)[1] == 101
+    assert sorted(panels) == [o for o, _ in blocks.partition(a_in.shape[0], nb)][:factored]
+    assert not np.all(np.isfinite(np.asarray(cholesky.dense(f))))
+
+
+def fresh_factorisation(cfg, rows):
+    """cholesky's factorisation as a new jit, traced with what the test patched."""
+    return jax.jit(lambda a: placement.call(
+        rows, lambda a: cholesky._factor(a, jnp.ones((), a.dtype), cfg=cfg, rows=rows),
+        (cholesky.factor_specs(a.shape[0], cfg.block_size, rows), P()), a))
+
+
+def test_stops_leave_a_factorisation_that_succeeds_as_it_was(rng, monkeypatch):
+    a = jnp.asarray(spd(rng, 300, np.float64, 10.0))
+    cfg = blocks.config(np.float64, block_size=64, update="bf16", panel="float32", variant="left",
+                        panel_solve="inverse", variants=cholesky.VARIANTS)
+    factors = []
+    for stop_every in (1, 0):
+        monkeypatch.setattr(cholesky, "STOP_EVERY", stop_every)
+        f, info = fresh_factorisation(cfg, placement.Rows())(a)
+        assert int(info) == 0
+        factors.append(cholesky.dense(f))
+    assert_same_factor(*factors)
+
+
+def assert_same_factor(got, expected):
+    """Equal factors from two programs, on a GPU up to the order of the GEMMs' sums."""
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(got, expected)
+    else:  # GPU GEMMs are autotuned per program: sums in another order flip some
+        # operands' BF16 rounding (2^-8 of an entry), 1e-5 apart on an H200
+        np.testing.assert_allclose(got, expected, rtol=0, atol=2**-10)
+
+
 def indefinite_at(rng, n: int, where: int, dtype) -> np.ndarray:
     """L D L^H: L unit lower triangular, D 1 but -0.1 at `where`, so the
     leading minors are positive up to order `where` and not at where + 1."""
@@ -354,11 +415,7 @@ def test_cholesky_under_jit_is_the_eager_factor(rng):
     a = jnp.asarray(spd(rng, N, np.float64, 10.0))
     eager, _ = cholesky.cholesky(a, block_size=NB)
     traced, _ = jax.jit(lambda a: cholesky.cholesky(a, block_size=NB))(a)
-    if jax.default_backend() == "cpu":
-        np.testing.assert_array_equal(cholesky.dense(eager), cholesky.dense(traced))
-    else:  # GPU GEMMs are autotuned per program: sums in another order flip some
-        # operands' BF16 rounding (2^-8 of an entry), 1e-5 apart on an H200
-        np.testing.assert_allclose(cholesky.dense(traced), cholesky.dense(eager), rtol=0, atol=2**-10)
+    assert_same_factor(cholesky.dense(traced), cholesky.dense(eager))
 
 
 # --------------------------------------------------------------------------

@@ -32,6 +32,14 @@ cores) and by the preset over spans of SPAN = 2048 terms summed in float32
 its emulation rounds below what the precision promises. Then each one's time
 for a 16384 x 16384 by 2048 x 16384 product, by the same routes.
 
+With --stops K [K...], the default is timed (compiled anew) with a stop
+before every K-th block column of its first, left-looking factorisation
+(cholesky.STOP_EVERY; 0: none), for choosing K: each stop costs a test on
+the host where nothing fails and saves the rest of a failed factorisation.
+Run it without XLA's Triton GEMMs (XLA_FLAGS=--xla_gpu_enable_triton_gemm=false),
+or each compilation tunes them for minutes. Each of these rows also gives
+the program's temporary memory (XLA's memory analysis).
+
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error; for the
 default, where its first factorisation failed: first_factor_info) and writes
@@ -86,6 +94,25 @@ def factor_options(name: str) -> dict:
     update, _, panel_solve = name.partition(":")
     return dict(api.SPD, update=update, panel_solve=panel_solve or api.SPD["panel_solve"],
                 span=int(span) if span else None)
+
+
+def with_stops(every: int):
+    """public compiled with cholesky.STOP_EVERY = every, once per shape."""
+    compiled = {}
+
+    def call(a, b):
+        if a.shape not in compiled:
+            chosen, cholesky.STOP_EVERY = cholesky.STOP_EVERY, every
+            jax.clear_caches()  # the inner jits' traces hold STOP_EVERY
+            try:
+                compiled[a.shape] = jax.jit(public.__wrapped__).lower(a, b).compile()
+            finally:
+                cholesky.STOP_EVERY = chosen
+                jax.clear_caches()
+        return compiled[a.shape](a, b)
+
+    call.temp_bytes = lambda shape: compiled[shape].memory_analysis().temp_size_in_bytes
+    return call
 
 
 def factored_with(name: str):
@@ -231,11 +258,20 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--diagnose", type=int, default=0,
                         help="up to this N, also each factor's backward error and refinement rate")
+    parser.add_argument("--stops", type=int, nargs="+", default=[],
+                        help="time the default with a stop every K block columns (0: none) "
+                             "instead of the factors")
     parser.add_argument("--budget", type=float, default=420, help="seconds before skipping the rest")
     args = parser.parse_args()
     for name in args.factors:
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), **factor_options(name))  # bad names fail here
+    if any(k < 0 for k in args.stops):
+        parser.error(f"--stops takes counts of block columns >= 0, got {args.stops}")
     impls = {"jax native": native, "mixed (the default)": public}
+    if args.stops:
+        args.factors = []
+        del impls["mixed (the default)"]
+        impls.update({f"mixed (the default), stops every {k}": with_stops(k) for k in args.stops})
     impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
     rows = []
 
@@ -245,7 +281,7 @@ def main() -> None:
 
     updates = dict.fromkeys([api.SPD["update"], api.RETRY["update"]]
                             + [name.partition("@")[0].partition(":")[0] for name in args.factors])
-    for update in updates:
+    for update in updates if not args.stops else ():
         for k in (2048, 16384):
             record(gemm_errors(update, k))
         record(gemm_times(update, args.repeats))
@@ -264,8 +300,10 @@ def main() -> None:
                 if info is not None:
                     row.update(iterations=int(info.iterations), fallback=bool(info.fallback),
                                factor_info=int(info.factor_info))
-                if fn is public:
+                if fn is public or hasattr(fn, "temp_bytes"):
                     row["first_factor_info"] = first_factor_info(a)
+                if hasattr(fn, "temp_bytes"):
+                    row["temp_bytes"] = fn.temp_bytes(a.shape)
                 factor = name.removeprefix("mixed, ")
                 if n <= args.diagnose and factor in args.factors:
                     row["diagnosis"] = diagnose(a, factor)

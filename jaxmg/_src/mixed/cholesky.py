@@ -134,16 +134,34 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
         below.append(l21)
         return l21, failure
 
-    if cfg.variant == "left":
-        for o, w in parts:
+    def left_looking(first, done, failure):
+        """Block columns first.. given the block columns below the diagonal
+        before them (done): their (L_jj, inverses, below) and the failure.
+        From a stop on, the columns are factored only if none failed yet."""
+        out = ([], [], [])
+        for k in range(first, len(parts)):
+            o, w = parts[k]
+            if k > first and k in stops:
+                rest = lax.cond(failure.offset_plus_one > 0,
+                                functools.partial(_not_factored, parts[k:], a.shape[0], work, rows),
+                                functools.partial(left_looking, k), done + out[2], failure)
+                return (*(x + y for x, y in zip(out, rest[:3])), rest[3])
             c = column(o, w)
-            if below:
+            if done or out[2]:
                 s = rows.start(o)
-                left = [p[s - rows.start(op + wp) :] for p, (op, wp) in zip(below, parts)]
+                previous = done + out[2]
+                left = [p[s - rows.start(op + wp) :] for p, (op, wp) in zip(previous, parts)]
                 x = rows.rows(jnp.concatenate(left, axis=1))
                 y = rows.whole(x[o - s : o - s + w])
                 c = c - blk.update_product(x, y, cfg, adjoint_y=True)
-            _, failure = factor_panel(c, o, w, failure)
+            l11, inv, l21, failure = _panel(c, o, w, cfg, rows, failure)
+            for x, y in zip(out, (l11, inv, l21)):
+                x.append(y)
+        return (*out, failure)
+
+    if cfg.variant == "left":
+        stops = stop_points(len(parts))
+        diagonals, inverses, below, failure = left_looking(0, [], failure)
     else:
         columns = [column(o, w) for o, w in parts]
         for j, (o, w) in enumerate(parts):
@@ -163,6 +181,29 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
     info = failure.info(_first_nonpositive_pivot)
     factor = CholeskyFactor(tuple(diagonals), tuple(inverses), tuple(below), scale, rows)
     return factor, info
+
+
+# A stop before every STOP_EVERY-th block column (0: none): where a diagonal
+# block has failed, the left-looking factorisation factors no more columns.
+# Each stop is one test on the host (XLA's conditional reads its predicate
+# there). Failures beyond the FP16 updates' reach come early (order 4267 of
+# 16384 at cond 1e6), and a factorisation that failed is done again with
+# more accurate updates or not used: the rest of it is work lost.
+STOP_EVERY = 1
+
+
+def stop_points(count: int) -> frozenset:
+    """The block columns (of `count`) before which the factorisation stops
+    if one has failed."""
+    return frozenset(range(STOP_EVERY, count, STOP_EVERY)) if STOP_EVERY else frozenset()
+
+
+def _not_factored(parts, n: int, dtype, rows: placement.Rows, done, failure):
+    """What left_looking returns for block columns it does not factor: NaN."""
+    nan = jnp.array(jnp.nan, dtype)
+    diagonals = [jnp.full((w, w), nan) for _, w in parts]
+    below = [rows.rows(jnp.full((n - rows.start(o + w), w), nan)) for o, w in parts]
+    return diagonals, list(diagonals), below, failure
 
 
 def _panel(c, o: int, w: int, cfg: blk.Config, rows: placement.Rows, failure):
