@@ -310,7 +310,7 @@ def solve(kind: str, a, b, *, triangle: str | None = None, mesh=None, spec=None,
         return _result(b, *_empty(b2), kind, on_failure)
     x, record = _factor_and_solve(a, b2, kind=kind, triangle=triangle, rows=rows,
                                   cfg=_config(kind, a, rows))
-    return _result(b, x[:n], record, kind, on_failure)
+    return _result(b, x, record, kind, on_failure)
 
 
 @precision.jit(static_argnames=("kind", "triangle", "rows", "cfg", "trans"))
@@ -337,7 +337,7 @@ def solve_with(f: MixedFactor, b, trans: int = 0, *, kind: str):
     n = f.a.shape[0] if f.order is None else f.order
     b, b2 = _rhs(b, f.a, n, f.rows, other="the factor")
     x, record = _empty(b2) if n == 0 else _solve(f, b2, trans=trans)
-    return _result(b, x[:n], record, f.kind, f.on_failure)
+    return _result(b, x, record, f.kind, f.on_failure)
 
 
 def _rhs(b, a, n: int, rows: placement.Rows, other: str = "a"):
@@ -366,12 +366,21 @@ def _empty(b):
 
 
 def _result(b, x, record, kind: str, on_failure: str):
-    failures.report(jnp.max(record.info), on_failure,
-                    failures.NOT_SPD if kind == "spd" else failures.SINGULAR)
-    if b.ndim == 1:
+    """x (padded to a's order) and record shaped as b, and on_failure acted on."""
+    x, record, info = _shaped(x, record, n=b.shape[0], vector=b.ndim == 1)
+    failures.report(info, on_failure, failures.NOT_SPD if kind == "spd" else failures.SINGULAR)
+    return _like(x, b), record
+
+
+@precision.jit(static_argnames=("n", "vector"))
+def _shaped(x, record, *, n: int, vector: bool):
+    """One program, not an eager operation per field: each costs a call's worth
+    of dispatch (about 1 ms for the seven of them on a CPU)."""
+    x = x[:n]
+    if vector:
         x = x[:, 0]
         record = RefinementInfo(*(r[0] if r.ndim else r for r in record))
-    return _like(x, b), record
+    return x, record, jnp.max(record.info)
 
 
 def _like(x, b):
