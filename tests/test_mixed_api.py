@@ -525,6 +525,30 @@ def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
         close(y[i], s[i], b[i])
 
 
+def test_vmap_over_row_sharded_spd_matrices_one_not_positive_definite(rng, monkeypatch):
+    """Panels of 8 rows, so that the factorisations stop between block
+    columns where one failed: under vmap those stops are selects on each
+    matrix's own failure, over row-sharded operands of explicit axes."""
+    from jax.sharding import NamedSharding
+    from scipy.linalg import lapack
+
+    from jaxmg._src.mixed import api
+
+    monkeypatch.setattr(api, "SPD", dict(api.SPD, block_size=8))
+    s = np.stack([spd(rng, n=32), spd(rng, n=32)])
+    s[1, 20, 20] = -5.0
+    b = helpers.random_matrix(rng, 2, np.float64, 32)
+    sharded = jax.device_put(s, NamedSharding(helpers.mesh(2), P(None, "x", None)))
+    x, info = jax.vmap(lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed",
+                                                return_info=True))(sharded, b)
+    order = lapack.dpotrf(s[1], lower=True)[1]
+    assert order > 16  # in the third block column of four
+    assert np.asarray(info.factor_info).tolist() == [0, order]
+    assert np.asarray(info.info).tolist() == [0, order]
+    close(x[0], s[0], b[0])
+    assert np.all(np.isnan(np.asarray(x[1])))
+
+
 # --------------------------------------------------------------------------
 # General matrices through the Cholesky factor of A^H A (from GRAM_FROM;
 # lowered here to this file's order)

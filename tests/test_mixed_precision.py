@@ -355,7 +355,7 @@ def test_a_failed_factorisation_stops_at_its_next_stop(rng, monkeypatch, on_mesh
                         panel_solve="trsm", variants=cholesky.VARIANTS)
     a_in, rows = jnp.asarray(a), placement.Rows()
     if on_mesh:
-        a_in, m = sharded(np.pad(a, ((0, 4), (0, 4))) + np.diag([0.0] * n + [1.0] * 4), AxisType.Explicit)
+        a_in, _ = sharded(np.pad(a, ((0, 4), (0, 4))) + np.diag([0.0] * n + [1.0] * 4), AxisType.Explicit)
         rows = placement.resolve(a_in)
     f, info = fresh_factorisation(cfg, rows)(a_in)
     jax.effects_barrier()
