@@ -526,9 +526,10 @@ def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
 
 
 def test_vmap_over_row_sharded_spd_matrices_one_not_positive_definite(rng, monkeypatch):
-    """Panels of 8 rows, so that the factorisations stop between block
-    columns where one failed: under vmap those stops are selects on each
-    matrix's own failure, over row-sharded operands of explicit axes."""
+    """Panels of 8 rows, so that the factorisations have stops between block
+    columns: under vmap, over row-sharded operands of explicit axes, each
+    matrix still gets its own answer and order (the batch stops only where
+    every matrix failed: test_mixed_precision)."""
     from jax.sharding import NamedSharding
     from scipy.linalg import lapack
 

@@ -333,6 +333,20 @@ def test_a_factorisation_reports_lapacks_order_found_in_sub_blocks(rng):
     assert int(info) == potrf(a, lower=True)[1] == 201
 
 
+def counted_panels(monkeypatch) -> list:
+    """The offsets of the block columns whose panels a factorisation traced
+    from now on factors, as they run (jax.effects_barrier() to wait for them)."""
+    panels = []
+    real_panel = cholesky._panel
+
+    def counted(c, o, *rest):
+        jax.debug.callback(lambda: panels.append(o))
+        return real_panel(c, o, *rest)
+
+    monkeypatch.setattr(cholesky, "_panel", counted)
+    return panels
+
+
 @pytest.mark.parametrize("on_mesh", [False, True])
 @pytest.mark.parametrize("stop_every,factored", [(1, 2), (3, 3), (0, 5)])
 def test_a_failed_factorisation_stops_at_its_next_stop(rng, monkeypatch, on_mesh, stop_every, factored):
@@ -342,14 +356,7 @@ def test_a_failed_factorisation_stops_at_its_next_stop(rng, monkeypatch, on_mesh
     either way."""
     n, nb = 300, 64
     a = indefinite_at(rng, n, 100, np.float64)
-    panels = []
-    real_panel = cholesky._panel
-
-    def counted(c, o, *rest):
-        jax.debug.callback(lambda: panels.append(o))
-        return real_panel(c, o, *rest)
-
-    monkeypatch.setattr(cholesky, "_panel", counted)
+    panels = counted_panels(monkeypatch)
     monkeypatch.setattr(cholesky, "STOP_EVERY", stop_every)
     cfg = blocks.config(np.float64, block_size=nb, update="bf16", panel="float32", variant="left",
                         panel_solve="trsm", variants=cholesky.VARIANTS)
@@ -363,6 +370,25 @@ def test_a_failed_factorisation_stops_at_its_next_stop(rng, monkeypatch, on_mesh
     assert int(info) == potrf(a, lower=True)[1] == 101
     assert sorted(panels) == [o for o, _ in blocks.partition(a_in.shape[0], nb)][:factored]
     assert not np.all(np.isfinite(np.asarray(cholesky.dense(f))))
+
+
+@pytest.mark.parametrize("both_fail", [True, False])
+def test_under_vmap_a_batch_stops_where_every_matrix_has_failed(rng, monkeypatch, both_fail):
+    """One predicate for the batch, so that the stops stay conditionals: the
+    batch stops where all its matrices have failed, and where one has not,
+    all are factored to the end and each reports its own order."""
+    n, nb = 300, 64
+    other = indefinite_at(rng, n, 150, np.float64) if both_fail else spd(rng, n, np.float64, 10.0)
+    a = np.stack([indefinite_at(rng, n, 100, np.float64), other])
+    panels = counted_panels(monkeypatch)
+    cfg = blocks.config(np.float64, block_size=nb, update="bf16", panel="float32", variant="left",
+                        panel_solve="inverse", variants=cholesky.VARIANTS)
+    program = jax.vmap(fresh_factorisation(cfg, placement.Rows()))
+    f, info = program(jnp.asarray(a))
+    jax.effects_barrier()
+    assert np.asarray(info).tolist() == [101, 151 if both_fail else 0]
+    offsets = [o for o, _ in blocks.partition(n, nb)]
+    assert sorted(set(panels)) == (offsets[:3] if both_fail else offsets)
 
 
 def fresh_factorisation(cfg, rows):

@@ -253,8 +253,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[16384, 32768])
     parser.add_argument("--conds", type=float, nargs="+", default=[1e4, 1e5, 1e6, 1e7])
-    parser.add_argument("--factors", nargs="+", default=["bf16x3"],
-                        help="UPDATE or UPDATE:PANEL_SOLVE to factor with from the start")
+    parser.add_argument("--factors", nargs="+",
+                        help="UPDATE or UPDATE:PANEL_SOLVE to factor with from the start "
+                             "(default: bf16x3, none with --stops)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--diagnose", type=int, default=0,
                         help="up to this N, also each factor's backward error and refinement rate")
@@ -263,13 +264,15 @@ def main() -> None:
                              "instead of the factors")
     parser.add_argument("--budget", type=float, default=420, help="seconds before skipping the rest")
     args = parser.parse_args()
+    if args.stops and args.factors:
+        parser.error("--stops times the default alone: leave --factors out")
+    args.factors = args.factors or ([] if args.stops else ["bf16x3"])
     for name in args.factors:
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), **factor_options(name))  # bad names fail here
     if any(k < 0 for k in args.stops):
         parser.error(f"--stops takes counts of block columns >= 0, got {args.stops}")
     impls = {"jax native": native, "mixed (the default)": public}
     if args.stops:
-        args.factors = []
         del impls["mixed (the default)"]
         impls.update({f"mixed (the default), stops every {k}": with_stops(k) for k in args.stops})
     impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
@@ -281,10 +284,11 @@ def main() -> None:
 
     updates = dict.fromkeys([api.SPD["update"], api.RETRY["update"]]
                             + [name.partition("@")[0].partition(":")[0] for name in args.factors])
-    for update in updates if not args.stops else ():
-        for k in (2048, 16384):
-            record(gemm_errors(update, k))
-        record(gemm_times(update, args.repeats))
+    if not args.stops:
+        for update in updates:
+            for k in (2048, 16384):
+                record(gemm_errors(update, k))
+            record(gemm_times(update, args.repeats))
 
     for n in args.sizes:
         for cond in args.conds:

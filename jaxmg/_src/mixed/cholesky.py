@@ -125,44 +125,46 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
         return rows.rows((c * scale.astype(a.dtype)).astype(work))
 
     failure = blk.FirstFailure.none(parts[0][1], work)
-    diagonals, inverses, below = [], [], []
-
-    def factor_panel(c, o, w, failure):
-        l11, inv, l21, failure = _panel(c, o, w, cfg, rows, failure)
-        diagonals.append(l11)
-        inverses.append(inv)
-        below.append(l21)
-        return l21, failure
-
-    def left_looking(first, done, failure):
-        """Block columns first.. given the block columns below the diagonal
-        before them (done): their (L_jj, inverses, below) and the failure.
-        From a stop on, the columns are factored only if none failed yet."""
-        out = ([], [], [])
-        for k in range(first, len(parts)):
-            o, w = parts[k]
-            if k > first and k in stops:
-                rest = lax.cond(failure.offset_plus_one > 0,
-                                functools.partial(_not_factored, parts[k:], a.shape[0], work, rows),
-                                functools.partial(left_looking, k), done + out[2], failure)
-                return (*(x + y for x, y in zip(out, rest[:3])), rest[3])
-            c = column(o, w)
-            if done or out[2]:
-                s = rows.start(o)
-                previous = done + out[2]
-                left = [p[s - rows.start(op + wp) :] for p, (op, wp) in zip(previous, parts)]
-                x = rows.rows(jnp.concatenate(left, axis=1))
-                y = rows.whole(x[o - s : o - s + w])
-                c = c - blk.update_product(x, y, cfg, adjoint_y=True)
-            l11, inv, l21, failure = _panel(c, o, w, cfg, rows, failure)
-            for x, y in zip(out, (l11, inv, l21)):
-                x.append(y)
-        return (*out, failure)
-
     if cfg.variant == "left":
         stops = stop_points(len(parts))
-        diagonals, inverses, below, failure = left_looking(0, [], failure)
+
+        def columns_from(first, done, failure):
+            """Factors block columns first, first + 1, ..., the rows below the
+            diagonal of those to their left being `done`. Returns the new
+            columns' diagonal blocks, their inverses, their rows below and the
+            failure so far; from a stop on, if a block has already failed,
+            the remaining columns are NaN, not factored."""
+            new = ([], [], [])
+            for k in range(first, len(parts)):
+                o, w = parts[k]
+                if k > first and k in stops:
+                    skip = functools.partial(_not_factored, parts[k:], a.shape[0], work, rows)
+                    rest = lax.cond(_all(failure.offset_plus_one > 0), skip,
+                                    functools.partial(columns_from, k), done + new[2], failure)
+                    return (*(mine + theirs for mine, theirs in zip(new, rest[:3])), rest[3])
+                c = column(o, w)
+                if done or new[2]:
+                    s = rows.start(o)
+                    left = [p[s - rows.start(op + wp) :] for p, (op, wp) in zip(done + new[2], parts)]
+                    x = rows.rows(jnp.concatenate(left, axis=1))
+                    y = rows.whole(x[o - s : o - s + w])
+                    c = c - blk.update_product(x, y, cfg, adjoint_y=True)
+                l11, inv, l21, failure = _panel(c, o, w, cfg, rows, failure)
+                for pieces, piece in zip(new, (l11, inv, l21)):
+                    pieces.append(piece)
+            return (*new, failure)
+
+        diagonals, inverses, below, failure = columns_from(0, [], failure)
     else:
+        diagonals, inverses, below = [], [], []
+
+        def factor_panel(c, o, w, failure):
+            l11, inv, l21, failure = _panel(c, o, w, cfg, rows, failure)
+            diagonals.append(l11)
+            inverses.append(inv)
+            below.append(l21)
+            return l21, failure
+
         columns = [column(o, w) for o, w in parts]
         for j, (o, w) in enumerate(parts):
             p, failure = factor_panel(columns[j], o, w, failure)
@@ -186,10 +188,13 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
 # A stop before every STOP_EVERY-th block column (0: none): where a diagonal
 # block has failed, the left-looking factorisation factors no more columns,
 # whose work would be lost (a failed factorisation is done again with more
-# accurate updates, or not used). Each stop is one test on the host (XLA's
-# conditional reads its predicate there). On one H100 (docs/benchmarks.md)
-# a stop before every column cost 0.3 and 0.7 ms at N=16384 and 32768 where
-# nothing failed, and saved 4 to 30 ms where FP16 failed (cond 1e6, 1e8).
+# accurate updates, or not used). Every left-looking factorisation has them:
+# the mixed SPD solve's first one and its retry, that of G = A^H A for
+# general solves, the float64 one of the sharded fallback. Each stop is one
+# test on the host (XLA's conditional reads its predicate there). On one
+# H100 (docs/benchmarks.md) a stop before every column cost the SPD solve
+# 0.3 and 0.7 ms at N=16384 and 32768 where nothing failed, and saved 4 to
+# 30 ms where FP16 failed (cond 1e6, 1e8).
 STOP_EVERY = 1
 
 
@@ -199,8 +204,25 @@ def stop_points(count: int) -> frozenset:
     return frozenset(range(STOP_EVERY, count, STOP_EVERY)) if STOP_EVERY else frozenset()
 
 
+@jax.custom_batching.custom_vmap
+def _all(failed):
+    """failed; under vmap, whether the factorisation failed for every matrix
+    of the batch: one predicate, so that a stop stays a conditional (a
+    batched one would become a select, computing both branches and copying
+    every later column through each stop's select)."""
+    return failed
+
+
+@_all.def_vmap
+def _all_vmap(axis_size, in_batched, failed):
+    del axis_size
+    return (jnp.all(failed) if in_batched[0] else failed), False
+
+
 def _not_factored(parts, n: int, dtype, rows: placement.Rows, done, failure):
-    """What left_looking returns for block columns it does not factor: NaN."""
+    """What columns_from returns for block columns it does not factor: NaN
+    (with rows sharded, in the rows above the diagonal block too; the
+    factor of a failed factorisation is never solved with)."""
     nan = jnp.array(jnp.nan, dtype)
     diagonals = [jnp.full((w, w), nan) for _, w in parts]
     below = [rows.rows(jnp.full((n - rows.start(o + w), w), nan)) for o, w in parts]
