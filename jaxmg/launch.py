@@ -149,8 +149,11 @@ def _free_port() -> int:
 
 def _forward(stream, rank: int, sink, lock: threading.Lock) -> None:
     for line in iter(stream.readline, ""):
+        # A rank killed mid-line leaves its last line open: ended here, so that
+        # what follows (the launcher's own message) starts a line of its own.
+        end = "" if line.endswith("\n") else "\n"
         with lock:
-            sink.write(f"[rank {rank}] {line}")
+            sink.write(f"[rank {rank}] {line}{end}")
             sink.flush()
     stream.close()
 

@@ -259,3 +259,25 @@ def test_a_rank_killed_by_a_signal_is_named(tmp_path):
     assert result.returncode == 128 + signal.SIGKILL
     assert "rank 1 was killed by SIGKILL; stopping the other ranks" in result.stderr
     assert time.monotonic() - start < 60
+
+
+def test_a_line_a_killed_rank_left_open_ends_before_the_launchers_message(tmp_path):
+    """stdout and stderr in one pipe (as a log file or a scheduler's output
+    would take them): the killed rank's unfinished line and the launcher's
+    message naming it are two lines."""
+    script = tmp_path / "job.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, sys, time
+        if os.environ["JAXMG_PROCESS_ID"] == "1":
+            sys.stdout.write("call 7 o")
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(120)
+    """))
+    result = subprocess.run([sys.executable, "-m", "jaxmg.launch", "-n", "2", str(script)],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            timeout=180)
+    lines = result.stdout.splitlines()
+    assert result.returncode == 128 + signal.SIGKILL
+    assert "[rank 1] call 7 o" in lines, lines
+    assert "jaxmg.launch: rank 1 was killed by SIGKILL; stopping the other ranks" in lines, lines
