@@ -294,6 +294,7 @@ def main() -> None:
         for cond in args.conds:
             a = jax.jit(lambda seed: matrices.conditioned(n, "float64", "spd", cond, seed))(n)
             b = jax.random.normal(jax.random.key(1), (n,), jnp.float64)
+            failed_at = None  # the matrix's, found once for every impl that reports it
             for name, fn in impls.items():
                 if time.monotonic() - START > args.budget:
                     print(f"budget spent: N={n} cond={cond:g} {name} skipped", flush=True)
@@ -305,7 +306,8 @@ def main() -> None:
                     row.update(iterations=int(info.iterations), fallback=bool(info.fallback),
                                factor_info=int(info.factor_info))
                 if fn is public or hasattr(fn, "temp_bytes"):
-                    row["first_factor_info"] = first_factor_info(a)
+                    failed_at = first_factor_info(a) if failed_at is None else failed_at
+                    row["first_factor_info"] = failed_at
                 if hasattr(fn, "temp_bytes"):
                     row["temp_bytes"] = fn.temp_bytes(a.shape)
                 factor = name.removeprefix("mixed, ")
