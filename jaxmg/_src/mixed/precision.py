@@ -32,8 +32,15 @@ was most of their first call, for kernels no faster than cuBLAS's: on one
 H100 (tools/compile_probe.py, docs/benchmarks.md), the SPD solve at cond 10
 compiled in 231 s at N=32768 and then took 87.8 ms, without Triton GEMMs in
 35 s and 86.7 ms; the general one in 72 s and 229 ms, without them 12 s and
-207 ms. So the mixed solves' programs (`jit`) compile without them. Under a
-caller's own jax.jit the caller's options hold:
+207 ms. So the mixed solves' programs (`jit`) compile without them.
+
+They also compile without XLA's command buffers (CUDA graphs). XLA records
+a program's graph on its second run: on one H100 an eager SPD solve at
+N=16384 and cond 10 took 57 ms on its second call, 26 ms after that, and
+with no command buffers 25 ms from the second call on (the solve's kernels
+are few and large, so replaying them as a graph saves nothing).
+
+Under a caller's own jax.jit the caller's options hold:
 jax.jit(f, compiler_options=COMPILER_OPTIONS) passes these.
 """
 
@@ -60,7 +67,7 @@ class Update:
     exponent_bits: int = 8  # 5: float16, emulated by rounding to float16 itself
 
 
-COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False}
+COMPILER_OPTIONS = {"xla_gpu_enable_triton_gemm": False, "xla_gpu_enable_command_buffer": ""}
 
 
 def jit(fun=None, **options):
