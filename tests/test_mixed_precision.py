@@ -705,6 +705,49 @@ def test_refine_stops_at_the_floor(rng):
     assert np.all(np.asarray(berr) <= 4 * np.asarray(floor))
 
 
+@pytest.mark.parametrize("contraction", [1e-3, 5e-3])
+def test_refine_stops_where_x_stops_changing(rng, monkeypatch, contraction):
+    """Classic refinement whose error shrinks by `contraction` a step: once
+    its last two corrections forecast that the next would change x by less
+    than eps of its norm, a column stops, before the step that shows berr
+    no longer decreasing (where the solve reaching the floor did not
+    already show it; a second where berr, at its floor, halved by chance),
+    with x as accurate as after those steps."""
+    a = spd(rng, 64, np.float64, 10.0)
+    b = rng.standard_normal((64, 8))
+    want = np.linalg.solve(a, b)
+    anorm, floor = refine.norms(jnp.asarray(a))
+    damped = jnp.asarray((1 - contraction) * np.linalg.inv(a))
+
+    def run():
+        return refine.refine(
+            lambda x: jnp.asarray(a) @ x, lambda r: damped @ r, jnp.asarray(b), anorm, floor,
+            refine.options("ir"), start_ok=jnp.asarray(True),
+        )
+
+    def forward_error(x):
+        return np.abs(np.asarray(x) - want).max(axis=0) / np.abs(want).max(axis=0)
+
+    x, iterations, _, converged, _ = run()
+    monkeypatch.setattr(refine, "last_step_left_x_exact", lambda change, *_: jnp.zeros(change.shape, bool))
+    x_after, iterations_after, _, converged_after, _ = run()
+    assert np.all(converged) and np.all(converged_after)
+    saved = np.asarray(iterations_after) - np.asarray(iterations)
+    assert np.all(saved >= 0) and saved.sum() >= 2, saved
+    eps = np.finfo(np.float64).eps
+    assert np.all(forward_error(x) <= np.maximum(4 * forward_error(x_after), 8 * eps))
+
+
+def test_a_forecast_of_an_exact_x_needs_two_corrections_shrinking():
+    exact = refine.last_step_left_x_exact
+    eps = np.finfo(np.float64).eps
+    change = jnp.asarray([1e-14, 1e-14, 1e-14, 1e-14, 1e-12])
+    previous = jnp.asarray([1e-11, np.inf, 0.0, 1e-14, 1e-11])
+    # a fast rate; no earlier correction; none; no decrease; fast but not yet below eps
+    np.testing.assert_array_equal(np.asarray(exact(change, previous, eps)),
+                                  [True, False, False, False, False])
+
+
 @pytest.mark.parametrize("contraction,budget,reaches", [(0.3, 40, True), (0.3, 20, False), (0.8, 30, False)])
 def test_refine_gives_up_at_once_when_its_rate_cannot_reach_the_bound(rng, contraction, budget, reaches):
     """Classic refinement whose error shrinks by `contraction` each step
