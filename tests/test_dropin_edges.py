@@ -340,3 +340,45 @@ def test_factors_promote_b_as_jax(devices):
                               jsl.lu_solve(jsl.lu_factor(a), b, trans=2))):
             assert mine.dtype == theirs.dtype and mine.shape == theirs.shape
             np.testing.assert_allclose(mine, theirs, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("b_shape", [(4,), (2, 4, 3)])
+def test_positive_definite_solve_of_a_batch(b_shape):
+    """A batch of matrices against one vector (which once raised an
+    IndexError) and against a batch of right-hand sides."""
+    a = np.broadcast_to(4 * np.eye(4) + 1, (2, 4, 4))
+    b = np.arange(np.prod(b_shape), dtype=float).reshape(b_shape)
+    got = api.solve(a, b, assume_a="pos")
+    want = np.linalg.solve(a, b[:, None] if b.ndim == 1 else b)
+    assert got.shape == (2, 4) + b_shape[2:]
+    np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-5)
+
+
+def test_positive_definite_solve_refuses_vectors_of_another_length():
+    """A ValueError naming b's shape, as jax.scipy.linalg.solve raises (the
+    reference solves as jnp.linalg.solve, which reads this b otherwise)."""
+    a = np.broadcast_to(4 * np.eye(4) + 1, (2, 4, 4))
+    with pytest.raises(ValueError):
+        jsl.solve(a, np.ones((2, 3)), assume_a="pos")
+    if not dropin.REFERENCE:
+        with pytest.raises(ValueError, match=re.escape("(2, 3)")):
+            api.solve(a, np.ones((2, 3)), assume_a="pos")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_half_precision_triangular_solve_is_jaxs(dtype):
+    """JAX's triangular solve takes half precision: jax.scipy-style calls get
+    its answer; jaxmg's own solver, asked for by name, refuses naming the cast."""
+    dtype = jnp.dtype(dtype)
+    a = (np.tril(np.ones((4, 4))) + 3 * np.eye(4)).astype(dtype)
+    b = np.ones((4, 2)).astype(dtype)
+    for call in (lambda a, b: api.solve_triangular(a, b, lower=True),
+                 jax.jit(lambda a, b: api.solve_triangular(a, b, trans=1, lower=True))):
+        got = call(a, b)
+        assert got.dtype == dtype
+    want = jsl.solve_triangular(a, b, lower=True)
+    np.testing.assert_array_equal(np.asarray(api.solve_triangular(a, b, lower=True), np.float32),
+                                  np.asarray(want, np.float32))
+    if not dropin.REFERENCE:
+        with pytest.raises(TypeError, match="triangular_solve does not accept dtype .*astype"):
+            api.solve_triangular(a, b, lower=True, backend="jaxmg")

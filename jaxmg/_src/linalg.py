@@ -94,8 +94,8 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
 
 def _batched(fn, a, b, pos: bool):
     """fn over the batch dimensions, by jax.scipy's rule for a vector b:
-    b.ndim == 1 (LU) or one dimension fewer than a (Cholesky)."""
-    vector = b.ndim == a.ndim - 1 if pos else b.ndim == 1
+    b.ndim == 1, or (Cholesky) one dimension fewer than a."""
+    vector = b.ndim == 1 or (pos and b.ndim == a.ndim - 1)
     n = a.shape[-1]
     if (b.shape[-1] if vector else b.shape[-2]) != n:
         raise ValueError(

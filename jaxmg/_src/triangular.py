@@ -21,6 +21,7 @@ TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2}
 
 
 BACKENDS = ("auto", "jaxmg", "jax")
+HALF = (jnp.float16, jnp.bfloat16)
 
 
 @returns_ready_on_cpus
@@ -40,7 +41,9 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
       mesh, spec: as for :func:`jaxmg.potrs`.
       backend: "jaxmg" (the block-by-block solve over the devices), "jax"
         (JAX's solve on the whole matrix) or "auto": jaxmg's on a mesh of
-        several devices.
+        several devices. float16 and bfloat16, which jaxmg's solvers do not
+        take, go to JAX's own solve unless backend, mesh or spec ask for
+        jaxmg's.
 
     Returns:
       x with b's shape.
@@ -53,6 +56,9 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     lower = arguments.check_flag(lower, "lower")
     unit_diagonal = arguments.check_flag(unit_diagonal, "unit_diagonal")
     a, b = arguments.promote((a, "a"), (b, "b"))
+    if jnp.dtype(a.dtype) in HALF and backend != "jaxmg" and mesh is None and spec is None:
+        # JAX's triangular solve takes half precision, which jaxmg's solvers do not.
+        return jsl.solve_triangular(a, b, trans=code, lower=lower, unit_diagonal=unit_diagonal)
     arguments.check_dtype(a, "a", "triangular_solve")
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"jaxmg: a must be a square (..., N, N) matrix, got shape {a.shape}")
