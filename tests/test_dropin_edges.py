@@ -382,3 +382,29 @@ def test_half_precision_triangular_solve_is_jaxs(dtype):
     if not dropin.REFERENCE:
         with pytest.raises(TypeError, match="triangular_solve does not accept dtype .*astype"):
             api.solve_triangular(a, b, lower=True, backend="jaxmg")
+
+
+WRONG_RANK_OR_SHAPE = {  # JAX's linalg primitives refuse these with a TypeError
+    "qr of a vector": lambda ns: ns.qr(np.ones(4)),
+    "svd of a vector": lambda ns: ns.svd(np.ones(4)),
+    "svdvals of a vector": lambda ns: ns.svdvals(np.ones(4)),
+    "cholesky of 3 x 4": lambda ns: ns.cholesky(np.ones((3, 4))),
+    "eigh of 3 x 4": lambda ns: ns.eigh(np.ones((3, 4))),
+    "eigvalsh of 2 x 3 x 4": lambda ns: ns.eigvalsh(np.ones((2, 3, 4))),
+    "lstsq of a 3-D a": lambda ns: ns.lstsq(np.ones((2, 3, 4)), np.ones((2, 3))),
+    "lstsq of a vector a": lambda ns: ns.lstsq(np.ones(4), np.ones(4)),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_RANK_OR_SHAPE))
+def test_a_matrix_of_the_wrong_rank_or_shape_raises_jaxs_type_error(case):
+    """JAX raises TypeError here; jaxmg's error is a TypeError and a
+    ValueError (as jnp.linalg.inv and det raise for a non-square matrix),
+    naming the shape."""
+    import jaxmg.numpy.linalg as mnp
+
+    with pytest.raises(TypeError):
+        WRONG_RANK_OR_SHAPE[case](jnp.linalg)
+    for error in (TypeError, ValueError):
+        with pytest.raises(error, match=r"shape \("):
+            WRONG_RANK_OR_SHAPE[case](mnp)

@@ -12,11 +12,18 @@ import numpy as np
 from jaxmg._src import config
 
 
-def check_rank2(a, name: str = "a") -> None:
+class ShapeError(ValueError, TypeError):
+    """A matrix of the wrong rank or shape: the TypeError of JAX's linalg
+    primitives (cholesky, eigh, qr, svd, lu) and the ValueError of
+    jnp.linalg's own checks (inv, det)."""
+
+
+def check_rank2(a, name: str = "a", square: bool = True) -> None:
     shape = getattr(a, "shape", None)
     if shape is None or len(shape) != 2:
         hint = "; use jax.vmap for batches" if shape is not None and len(shape) > 2 else ""
-        raise ValueError(f"jaxmg: {name} must be a 2-D (N, N) matrix, got shape {shape}{hint}")
+        form = "(N, N)" if square else "(M, N)"
+        raise ShapeError(f"jaxmg: {name} must be a 2-D {form} matrix, got shape {shape}{hint}")
 
 
 def check_square_matrices(a, routine: str, name: str = "a") -> None:

@@ -35,7 +35,7 @@ class QRResult(typing.NamedTuple):
 
 def _matrix(a, primitive: str, name="a"):
     a = arguments.inexact(a, name)
-    arguments.check_rank2(a, name)
+    arguments.check_rank2(a, name, square=False)
     return a, arguments.check_dtype(a, name, primitive)
 
 

@@ -59,7 +59,7 @@ def check_square(a, placement: Placement, name: str = "a") -> int:
                 f"block, got shape {tuple(a.shape)}"
             )
     elif rows != cols:
-        raise ValueError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}"
+        raise arguments.ShapeError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}"
                          f"{arguments.shard_map_hint()}")
     return int(cols)
 

@@ -157,7 +157,7 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
         fn = functools.partial(polar, side=side, method=method, mesh=mesh, spec=spec,
                                backend=backend, return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
-    arguments.check_rank2(a, "a")
+    arguments.check_rank2(a, "a", square=False)
     arguments.check_dtype(a, "a", "polar")
     _check_side(a, side)
     placement = resolve_placement(a, mesh, spec, "a")
@@ -282,7 +282,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
                                hermitian=hermitian, mesh=mesh, spec=spec, backend=backend,
                                return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
-    arguments.check_rank2(a, "a")
+    arguments.check_rank2(a, "a", square=False)
     arguments.check_dtype(a, "a", "svd")
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "svd")
