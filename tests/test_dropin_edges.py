@@ -396,15 +396,27 @@ WRONG_RANK_OR_SHAPE = {  # JAX's linalg primitives refuse these with a TypeError
 }
 
 
-@pytest.mark.parametrize("case", list(WRONG_RANK_OR_SHAPE))
+SCIPY_WRONG_RANK = {
+    "lu of a vector": lambda ns: ns.lu(np.ones(4)),
+    "lu_factor of a vector": lambda ns: ns.lu_factor(np.ones(4)),
+    "eigh of 3 x 4": lambda ns: ns.eigh(np.ones((3, 4))),
+}
+
+
+@pytest.mark.parametrize("case", list(WRONG_RANK_OR_SHAPE) + ["scipy " + c for c in SCIPY_WRONG_RANK])
 def test_a_matrix_of_the_wrong_rank_or_shape_raises_jaxs_type_error(case):
     """JAX raises TypeError here; jaxmg's error is a TypeError and a
     ValueError (as jnp.linalg.inv and det raise for a non-square matrix),
     naming the shape."""
     import jaxmg.numpy.linalg as mnp
+    import jaxmg.scipy.linalg as msl
 
+    if case.startswith("scipy "):
+        call, theirs, mine = SCIPY_WRONG_RANK[case[6:]], jsl, msl
+    else:
+        call, theirs, mine = WRONG_RANK_OR_SHAPE[case], jnp.linalg, mnp
     with pytest.raises(TypeError):
-        WRONG_RANK_OR_SHAPE[case](jnp.linalg)
+        call(theirs)
     for error in (TypeError, ValueError):
         with pytest.raises(error, match=r"shape \("):
-            WRONG_RANK_OR_SHAPE[case](mnp)
+            call(mine)

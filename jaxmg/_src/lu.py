@@ -112,7 +112,8 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
         fn = functools.partial(lu_factor, tile_size=tile_size, mesh=mesh, spec=spec,
                                backend=backend, on_failure=on_failure)
         return batching.broadcast_map(fn, (a,), (2,))
-    if a.ndim == 2 and a.shape[0] != a.shape[1]:
+    arguments.check_rank2(a, "a", square=False)
+    if a.shape[0] != a.shape[1]:
         return _rectangular_lu_factor(a, placement=_whole_matrix(a, mesh, spec))
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
     f = factorise(a, layout, donate=donate)
@@ -196,7 +197,8 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
         fn = functools.partial(lu, permute_l=permute_l, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a,), (2,))
-    if a.ndim == 2 and a.shape[0] != a.shape[1]:
+    arguments.check_rank2(a, "a", square=False)
+    if a.shape[0] != a.shape[1]:
         return _rectangular_lu(a, placement=_whole_matrix(a, mesh, spec),
                                permute_l=permute_l)
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
