@@ -50,12 +50,15 @@ class UnsupportedDtypeError(TypeError, NotImplementedError):
     and the NotImplementedError some raised before."""
 
 
+HALF = (jnp.float16, jnp.bfloat16)  # which jaxmg's solvers do not take
+
+
 def check_dtype(a, name: str = "a", primitive: str = "the solver") -> np.dtype:
     """a's dtype, if the solvers take it. primitive: the JAX primitive whose
     refusal of half precision the message repeats ("cholesky does not accept
     dtype float16"), so code matching JAX's message matches jaxmg's."""
     dtype = jnp.dtype(a.dtype)
-    if dtype in (jnp.float16, jnp.bfloat16):
+    if dtype in HALF:
         raise UnsupportedDtypeError(
             f"jaxmg: {primitive} does not accept dtype {dtype.name} (Unsupported dtype "
             f"{dtype.name}): {name} has dtype {dtype.name}, which the solvers do not support; "

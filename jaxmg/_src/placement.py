@@ -60,7 +60,7 @@ def check_square(a, placement: Placement, name: str = "a") -> int:
             )
     elif rows != cols:
         raise arguments.ShapeError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}"
-                         f"{arguments.shard_map_hint()}")
+                                   f"{arguments.shard_map_hint()}")
     return int(cols)
 
 

@@ -21,7 +21,6 @@ TRANS = {0: 0, 1: 1, 2: 2, "N": 0, "T": 1, "C": 2}
 
 
 BACKENDS = ("auto", "jaxmg", "jax")
-HALF = (jnp.float16, jnp.bfloat16)
 
 
 @returns_ready_on_cpus
@@ -56,7 +55,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     lower = arguments.check_flag(lower, "lower")
     unit_diagonal = arguments.check_flag(unit_diagonal, "unit_diagonal")
     a, b = arguments.promote((a, "a"), (b, "b"))
-    if jnp.dtype(a.dtype) in HALF and backend != "jaxmg" and mesh is None and spec is None:
+    if jnp.dtype(a.dtype) in arguments.HALF and backend != "jaxmg" and mesh is None and spec is None:
         # JAX's triangular solve takes half precision, which jaxmg's solvers do not.
         return jsl.solve_triangular(a, b, trans=code, lower=lower, unit_diagonal=unit_diagonal)
     arguments.check_dtype(a, "a", "triangular_solve")

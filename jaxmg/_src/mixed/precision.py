@@ -37,8 +37,8 @@ compiled in 231 s at N=32768 and then took 87.8 ms, without Triton GEMMs in
 They also compile without XLA's command buffers (CUDA graphs). XLA records
 a program's graph on its second run: on one H100 an eager SPD solve at
 N=16384 and cond 10 took 57 ms on its second call, 26 ms after that, and
-with no command buffers 25 ms from the second call on (the solve's kernels
-are few and large, so replaying them as a graph saves nothing).
+with no command buffers 25 ms from the second call on (so the graph's
+replay was also slower than plain launches).
 
 Under a caller's own jax.jit the caller's options hold:
 jax.jit(f, compiler_options=COMPILER_OPTIONS) passes these.
