@@ -356,3 +356,27 @@ def test_polar_takes_side_positionally_and_method_svd():
             np.testing.assert_allclose(g, w, rtol=1e-8, atol=1e-8)
     with pytest.raises(ValueError, match="method"):
         jaxmg.polar(a.T, method="newton")
+
+
+@pytest.mark.parametrize("side, shape", [("right", WIDE), ("left", TALL)], ids=str)
+def test_polar_by_svd_takes_either_side_of_any_shape(rng, side, shape):
+    """method="svd" factors a wide matrix on the right and a tall one on the
+    left, as jax.scipy.linalg.polar does; QDWH there is refused in JAX's
+    NotImplementedError (and jaxmg's ValueError), naming method="svd"."""
+    a = helpers.random_matrix(rng, shape[0], np.float64, shape[1])
+    u, p = jaxmg.polar(a, side, method="svd")
+    want_u, want_p = jax.scipy.linalg.polar(a, side, method="svd")
+    k = shape[1] if side == "right" else shape[0]
+    assert u.shape == shape and p.shape == (k, k)
+    np.testing.assert_allclose(np.asarray(u), np.asarray(want_u), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(p), np.asarray(want_p), atol=1e-12)
+    got = np.asarray(u) @ np.asarray(p) if side == "right" else np.asarray(p) @ np.asarray(u)
+    np.testing.assert_allclose(got, a, atol=1e-12)
+    m = helpers.mesh(2)
+    sharded_u, sharded_p = jaxmg.polar(helpers.put_rows(a, m), side, method="svd",
+                                       **helpers.solve_kwargs(a, m))
+    np.testing.assert_allclose(np.asarray(sharded_u), np.asarray(want_u), atol=1e-12)
+    np.testing.assert_allclose(np.asarray(sharded_p), np.asarray(want_p), atol=1e-12)
+    for error in (NotImplementedError, ValueError):
+        with pytest.raises(error, match="method='svd'"):
+            jaxmg.polar(a, side)

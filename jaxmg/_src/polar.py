@@ -103,19 +103,28 @@ def _hermitian(h):
     return (h + _ct(h)) / 2
 
 
-def _check_side(a, side: str):
+class QDWHShapeError(ValueError, NotImplementedError):
+    """QDWH of a matrix on the side it cannot take: the NotImplementedError of
+    jax.scipy.linalg.polar and jaxmg's ValueError of a bad argument."""
+
+
+def _check_side(a, side: str, method: str):
     if side not in SIDES:
         raise ValueError(f"jaxmg: polar takes side in {SIDES}, got {side!r}")
+    if method == "svd":  # the SVD factors every shape on either side
+        return
     m, n = a.shape
     if side == "right" and m < n:
-        raise ValueError(
+        raise QDWHShapeError(
             f"jaxmg: polar with side='right' needs a with at least as many rows as columns "
-            f"(M >= N), got {m} x {n}; for a wide matrix use side='left' (a = p @ u)"
+            f"(M >= N), got {m} x {n}; for a wide matrix use side='left' (a = p @ u) "
+            f"or method='svd'"
         )
     if side == "left" and m > n:
-        raise ValueError(
+        raise QDWHShapeError(
             f"jaxmg: polar with side='left' needs a with at most as many rows as columns "
-            f"(M <= N), got {m} x {n}; for a tall matrix use side='right' (a = u @ p)"
+            f"(M <= N), got {m} x {n}; for a tall matrix use side='right' (a = u @ p) "
+            f"or method='svd'"
         )
 
 
@@ -126,8 +135,9 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
 
     Args:
       a: (..., M, N) matrix, rows sharded over one mesh axis, ``P(axis, None)``;
-        M >= N for side "right", M <= N for side "left". Leading batch
-        dimensions run one matrix at a time.
+        with method "qdwh", M >= N for side "right" and M <= N for side
+        "left" (as JAX's); method "svd" takes any shape on either side.
+        Leading batch dimensions run one matrix at a time.
       side: "right": p is (N, N), ``(a^H a)^(1/2)``; "left": p is (M, M), ``(a a^H)^(1/2)``.
       method: "qdwh" or "svd", as jax.scipy.linalg.polar. "svd" always runs
         ``jnp.linalg.svd`` on the whole matrix; "qdwh" is QDWH on the mp
@@ -159,7 +169,7 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
         return batching.broadcast_map(fn, (a,), (2,))
     arguments.check_rank2(a, "a", square=False)
     arguments.check_dtype(a, "a", "polar")
-    _check_side(a, side)
+    _check_side(a, side, method)
     placement = resolve_placement(a, mesh, spec, "a")
     engine = dispatch.choose_rectangular(placement, backend, "polar")
     if method == "svd":
