@@ -368,17 +368,30 @@ def test_positive_definite_solve_refuses_vectors_of_another_length():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_half_precision_triangular_solve_is_jaxs(dtype):
     """JAX's triangular solve takes half precision: jax.scipy-style calls get
-    its answer; jaxmg's own solver, asked for by name, refuses naming the cast."""
+    its answer on CPUs, and on GPUs (whose triangular solve refuses float16) a
+    float32 solve rounded back; derivatives and vmap go through. jaxmg's own
+    solver, asked for by name, refuses naming the cast."""
     dtype = jnp.dtype(dtype)
-    a = (np.tril(np.ones((4, 4))) + 3 * np.eye(4)).astype(dtype)
-    b = np.ones((4, 2)).astype(dtype)
-    for call in (lambda a, b: api.solve_triangular(a, b, lower=True),
-                 jax.jit(lambda a, b: api.solve_triangular(a, b, trans=1, lower=True))):
+    lower = np.tril(np.ones((4, 4))) + 3 * np.eye(4)
+    a, b = lower.astype(dtype), np.arange(1.0, 9.0).reshape(4, 2).astype(dtype)
+    rtol = 4 * float(jnp.finfo(dtype).eps)
+    for transposed, call in ((False, lambda a, b: api.solve_triangular(a, b, lower=True)),
+                             (True, jax.jit(lambda a, b: api.solve_triangular(a, b, trans=1,
+                                                                              lower=True)))):
         got = call(a, b)
         assert got.dtype == dtype
-    want = jsl.solve_triangular(a, b, lower=True)
-    np.testing.assert_array_equal(np.asarray(api.solve_triangular(a, b, lower=True), np.float32),
-                                  np.asarray(want, np.float32))
+        exact = np.linalg.solve(lower.T if transposed else lower, np.asarray(b, np.float64))
+        np.testing.assert_allclose(np.asarray(got, np.float64), exact, rtol=rtol)
+    if jax.default_backend() == "cpu":
+        np.testing.assert_array_equal(np.asarray(api.solve_triangular(a, b, lower=True), np.float32),
+                                      np.asarray(jsl.solve_triangular(a, b, lower=True), np.float32))
+    cotangent = jax.grad(lambda b: api.solve_triangular(a, b, lower=True).astype(jnp.float32).sum())(b)
+    assert cotangent.dtype == dtype
+    np.testing.assert_allclose(np.asarray(cotangent, np.float64),
+                               np.linalg.solve(lower.T, np.ones((4, 2))), rtol=rtol)
+    columns = jax.vmap(lambda c: api.solve_triangular(a, c, lower=True), in_axes=1, out_axes=1)(b)
+    np.testing.assert_allclose(np.asarray(columns, np.float64),
+                               np.linalg.solve(lower, np.asarray(b, np.float64)), rtol=rtol)
     if not dropin.REFERENCE:
         with pytest.raises(TypeError, match="triangular_solve does not accept dtype .*astype"):
             api.solve_triangular(a, b, lower=True, backend="jaxmg")

@@ -57,7 +57,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
     a, b = arguments.promote((a, "a"), (b, "b"))
     if jnp.dtype(a.dtype) in arguments.HALF and backend != "jaxmg" and mesh is None and spec is None:
         # JAX's triangular solve takes half precision, which jaxmg's solvers do not.
-        return jsl.solve_triangular(a, b, trans=code, lower=lower, unit_diagonal=unit_diagonal)
+        return _half_precision(a, b, trans=code, lower=lower, unit_diagonal=unit_diagonal)
     arguments.check_dtype(a, "a", "triangular_solve")
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
         raise ValueError(f"jaxmg: a must be a square (..., N, N) matrix, got shape {a.shape}")
@@ -169,3 +169,18 @@ def _blocks(a_rows, b, *, lower, unit, axis, parts):
         rhs = rhs - sharding.matmul_highest(block, xi)
         x = x.at[i * m:(i + 1) * m].set(xi)
     return x
+
+
+def _half_precision(a, b, **options):
+    """JAX's triangular solve of float16 or bfloat16 operands: as it is on CPUs,
+    in float32 elsewhere (XLA's GPU triangular solve refuses float16; an H100,
+    jax 0.11.2), rounded back to a's dtype."""
+
+    def own(a, b):
+        return jsl.solve_triangular(a, b, **options)
+
+    def widened(a, b):
+        return own(a.astype(jnp.float32), b.astype(jnp.float32)).astype(a.dtype)
+
+    return jax.lax.platform_dependent(a, b, cpu=own, default=widened)
+
