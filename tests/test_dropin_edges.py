@@ -372,6 +372,8 @@ def test_half_precision_triangular_solve_is_jaxs(dtype):
     float32 solve rounded back; derivatives and vmap go through. jaxmg's own
     solver, asked for by name, refuses naming the cast."""
     dtype = jnp.dtype(dtype)
+    if dropin.REFERENCE and dtype == jnp.float16 and jax.default_backend() != "cpu":
+        pytest.skip("JAX's own triangular solve refuses float16 on GPUs")
     lower = np.tril(np.ones((4, 4))) + 3 * np.eye(4)
     a, b = lower.astype(dtype), np.arange(1.0, 9.0).reshape(4, 2).astype(dtype)
     rtol = 4 * float(jnp.finfo(dtype).eps)
