@@ -30,6 +30,12 @@ def bazel_shard() -> list[BazelShard]:
     return [BazelShard(int(os.environ["TEST_SHARD_INDEX"]), total)]
 
 
+def jaxlib_version() -> tuple[int, ...]:
+    from importlib import metadata
+
+    return tuple(int(part) for part in metadata.version("jaxlib").split(".")[:2])
+
+
 def main() -> int:
     args = sys.argv[1:]
     devices = 8
@@ -44,8 +50,9 @@ def main() -> int:
     if "--xla_backend_optimization_level" not in flags:
         flags += " --xla_backend_optimization_level=0"
     # XLA's CPU fusion emitters took half of a sharded mixed solve's compile time
-    # (a test of one: 7.9 s of CPU without them, 14.7 s with).
-    if "--xla_cpu_use_fusion_emitters" not in flags:
+    # (a test of one: 7.9 s of CPU without them, 14.7 s with). jaxlib 0.11 and
+    # later have no such flag, and XLA stops at a flag it does not know.
+    if "--xla_cpu_use_fusion_emitters" not in flags and jaxlib_version() < (0, 11):
         flags += " --xla_cpu_use_fusion_emitters=false"
     os.environ["XLA_FLAGS"] = flags.strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
