@@ -183,4 +183,3 @@ def _half_precision(a, b, **options):
         return own(a.astype(jnp.float32), b.astype(jnp.float32)).astype(a.dtype)
 
     return jax.lax.platform_dependent(a, b, cpu=own, default=widened)
-
