@@ -436,3 +436,29 @@ def test_a_matrix_of_the_wrong_rank_or_shape_raises_both_of_jaxs_errors(case):
     for error in (TypeError, ValueError):
         with pytest.raises(error, match=r"shape \("):
             call(mine)
+
+
+TRACED_FLAGS = {
+    "cho_factor lower": lambda ns, a, flag: ns.cho_factor(a, lower=flag)[0],
+    "solve_triangular lower": lambda ns, a, flag: ns.solve_triangular(a, a[0], lower=flag),
+    "eigh lower": lambda ns, a, flag: ns.eigh(a, lower=flag)[0],
+    "cholesky lower": lambda ns, a, flag: ns.cholesky(a, lower=flag),
+}
+
+
+@pytest.mark.parametrize("case", list(TRACED_FLAGS))
+def test_a_traced_flag_raises_jaxs_value_error(case):
+    """A flag passed through jit as a traced value, where it must choose the
+    program: JAX raises a ValueError (a static argument it cannot hash); jaxmg's
+    error is that ValueError and the TypeError of a flag that is not a bool,
+    and names the fix."""
+    import jaxmg.scipy.linalg as msl
+
+    call, a = TRACED_FLAGS[case], 2 * np.eye(3)
+    with pytest.raises(ValueError):
+        jax.jit(lambda a, flag: call(jsl, a, flag))(a, True)
+    for error in (ValueError, TypeError):
+        with pytest.raises(error, match="traced value.*static_argnames=\\('lower',\\)"):
+            jax.jit(lambda a, flag: call(msl, a, flag))(a, True)
+    np.testing.assert_allclose(jax.jit(lambda a: call(msl, a, True))(a),
+                               jax.jit(lambda a: call(jsl, a, True))(a), atol=1e-12)

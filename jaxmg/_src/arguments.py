@@ -106,11 +106,22 @@ def integer_or_none(value) -> int | None:
         return None
 
 
+class TracedOptionError(TypeError, ValueError):
+    """An option traced by jit, where a Python value must decide the program:
+    jaxmg's TypeError of a flag that is not a bool, and the ValueError JAX
+    raises for a traced static argument."""
+
+
 def check_flag(value, name: str) -> bool:
     """A boolean option: True or False, or 0 or 1 as JAX takes them (other
     numbers, floats and strings are refused)."""
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
+    if is_traced(value):
+        raise TracedOptionError(
+            f"jaxmg: {name} must be a Python True or False, got a traced value ({value}); "
+            f"pass it as a static argument, e.g. jax.jit(f, static_argnames=({name!r},))"
+        )
     number = integer_or_none(value)
     if number in (0, 1):
         return bool(number)
