@@ -38,7 +38,10 @@ before every K-th block column of its first, left-looking factorisation
 the host where nothing fails and saves the rest of a failed factorisation.
 Run it without XLA's Triton GEMMs (XLA_FLAGS=--xla_gpu_enable_triton_gemm=false),
 or each compilation tunes them for minutes. Each of these rows also gives
-the program's temporary memory (XLA's memory analysis).
+the program's temporary memory (XLA's memory analysis). With --no-retry,
+the default is timed beside itself compiled without its retry (api.RETRY
+None: where FP16 cannot factor A, float64 answers), for whether the retry
+pays; --factors, if given, are timed too.
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error; for the
@@ -96,18 +99,19 @@ def factor_options(name: str) -> dict:
                 span=int(span) if span else None)
 
 
-def with_stops(every: int):
-    """public compiled with cholesky.STOP_EVERY = every, once per shape."""
+def with_setting(module, name: str, value):
+    """public compiled with module.name = value, once per shape."""
     compiled = {}
 
     def call(a, b):
         if a.shape not in compiled:
-            chosen, cholesky.STOP_EVERY = cholesky.STOP_EVERY, every
-            jax.clear_caches()  # the inner jits' traces hold STOP_EVERY
+            chosen = getattr(module, name)
+            setattr(module, name, value)
+            jax.clear_caches()  # the inner jits' traces hold the setting
             try:
                 compiled[a.shape] = jax.jit(public.__wrapped__).lower(a, b).compile()
             finally:
-                cholesky.STOP_EVERY = chosen
+                setattr(module, name, chosen)
                 jax.clear_caches()
         return compiled[a.shape](a, b)
 
@@ -255,18 +259,21 @@ def main() -> None:
     parser.add_argument("--conds", type=float, nargs="+", default=[1e4, 1e5, 1e6, 1e7])
     parser.add_argument("--factors", nargs="+",
                         help="UPDATE or UPDATE:PANEL_SOLVE to factor with from the start "
-                             "(default: bf16x3, none with --stops)")
+                             "(default: bf16x3, none with --stops or --no-retry)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--diagnose", type=int, default=0,
                         help="up to this N, also each factor's backward error and refinement rate")
     parser.add_argument("--stops", type=int, nargs="+", default=[],
                         help="time the default with a stop every K block columns (0: none) "
                              "instead of the factors")
+    parser.add_argument("--no-retry", action="store_true",
+                        help="also time the default compiled without its retry (where FP16 "
+                             "cannot factor A, float64 answers)")
     parser.add_argument("--budget", type=float, default=420, help="seconds before skipping the rest")
     args = parser.parse_args()
     if args.stops and args.factors:
         parser.error("--stops times the default alone: leave --factors out")
-    args.factors = args.factors or ([] if args.stops else ["bf16x3"])
+    args.factors = args.factors or ([] if args.stops or args.no_retry else ["bf16x3"])
     for name in args.factors:
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), **factor_options(name))  # bad names fail here
     if any(k < 0 for k in args.stops):
@@ -274,7 +281,10 @@ def main() -> None:
     impls = {"jax native": native, "mixed (the default)": public}
     if args.stops:
         del impls["mixed (the default)"]
-        impls.update({f"mixed (the default), stops every {k}": with_stops(k) for k in args.stops})
+        impls.update({f"mixed (the default), stops every {k}": with_setting(cholesky, "STOP_EVERY", k)
+                      for k in args.stops})
+    if args.no_retry:
+        impls["mixed (the default), no retry"] = with_setting(api, "RETRY", None)
     impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
     rows = []
 
@@ -284,7 +294,7 @@ def main() -> None:
 
     updates = dict.fromkeys([api.SPD["update"], api.RETRY["update"]]
                             + [name.partition("@")[0].partition(":")[0] for name in args.factors])
-    if not args.stops:
+    if not (args.stops or args.no_retry):
         for update in updates:
             for k in (2048, 16384):
                 record(gemm_errors(update, k))
