@@ -483,42 +483,52 @@ def failing_at(factor, update: str, seen: list | None = None):
     return wrapped
 
 
-def test_a_cholesky_fp16_cannot_factor_is_factored_again_with_bf16x6_in_spans(rng, monkeypatch):
-    """The retry's updates: BF16x6 summed over spans of 2048 terms, which on
-    GPUs refined where BF16x3 and unspanned BF16x6 fell back (api.py). An LU
-    that fails meets a singular matrix: it is not factored again."""
+def test_a_failed_low_precision_factorisation_goes_to_float64_at_once(rng, monkeypatch):
+    """Where FP16 cannot factor A the solve is float64's, with no second
+    low-precision factorisation before it (on GPUs one cost about what the
+    float64 Cholesky does, and twice that where it did not refine: api.py),
+    and no refinement: every column falls back, after 0 solves, and info
+    tells where the factorisation failed. An LU that fails meets a singular
+    matrix: the same."""
     from jaxmg._src.mixed import cholesky as chol, lu
 
     seen = []
     monkeypatch.setattr(chol, "_cholesky", failing_at(chol._cholesky, "fp16", seen))
     monkeypatch.setattr(lu, "_lu", failing_at(lu._lu, "bf16x3", seen))
-    jax.clear_caches()  # programs traced before the patch would not call it
     s, b = spd(rng, n=16), helpers.random_matrix(rng, 16, np.float64, 2)
-    x, info = jaxmg.solve(s, b, assume_a="pos", precision="mixed", return_info=True)
-    assert seen == [("fp16", None), ("bf16x6", 2048)]
-    assert int(info.factor_info) == 0 and not np.asarray(info.fallback).any()
-    close(x, s, b)
+    for solve in (lambda s, b: jaxmg.solve(s, b, assume_a="pos", precision="mixed", return_info=True),
+                  jax.jit(lambda s, b: jaxmg.solve(s, b, assume_a="pos", precision="mixed",
+                                                   return_info=True))):
+        seen.clear()
+        jax.clear_caches()  # each is traced anew, and so calls the patched factorisation
+        x, info = solve(s, b)
+        assert seen == [("fp16", None)]
+        assert int(info.factor_info) == 3 and int(info.info) == 0
+        assert np.asarray(info.fallback).all() and not np.asarray(info.iterations).any()
+        close(x, s, b)
     seen.clear()
     _, info = jaxmg.solve(general(rng, n=16), b, precision="mixed", return_info=True)
     assert seen == [("bf16x3", None)] and int(info.factor_info) == 3
 
 
-def test_vmap_over_row_sharded_spd_matrices(rng, monkeypatch):
-    """The Cholesky's retry at a more accurate update (where the first one
-    fails) runs per matrix under vmap: as a select, explicit sharding refused
-    its batched predicate against the row-sharded factor."""
+def test_vmap_over_row_sharded_spd_matrices_whose_factorisations_fail(rng, monkeypatch):
+    """Under vmap over row-sharded operands of explicit axes, matrices whose
+    low-precision factorisation failed are each solved by the float64
+    fallback, through solve and through cho_factor / cho_solve."""
     from jax.sharding import NamedSharding
 
     from jaxmg._src.mixed import cholesky as chol
 
     monkeypatch.setattr(chol, "_cholesky", failing_at(chol._cholesky, "fp16"))
+    jax.clear_caches()
     mesh = helpers.mesh(2)
     s = np.stack([spd(rng, n=16), spd(rng, n=16)])
     b = helpers.random_matrix(rng, 2, np.float64, 16)
     sharded = jax.device_put(s, NamedSharding(mesh, P(None, "x", None)))
     x, info = jax.vmap(lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed",
                                                 return_info=True))(sharded, b)
-    assert np.asarray(info.factor_info).tolist() == [0, 0]  # retried, and it factored
+    assert np.asarray(info.factor_info).tolist() == [3, 3]
+    assert np.asarray(info.fallback).all() and np.asarray(info.info).tolist() == [0, 0]
     y = jax.vmap(lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b))(sharded, b)
     for i in range(2):
         close(x[i], s[i], b[i])

@@ -3,8 +3,8 @@ solves on ill-conditioned matrices: what jaxmg.solve(..., assume_a="pos",
 precision="mixed") runs, the same solve factored with each of --factors from
 the start, and JAX native float64 Cholesky, on the benchmark's matrices of
 prescribed condition number, one right-hand side. It answers whether a
-second, more accurate factorisation where the default's refinement does not
-converge would beat the float64 fallback.
+more accurate factorisation, where the default's cannot factor A or does
+not refine, would beat the float64 fallback.
 
 A factor is UPDATE (a key of precision.UPDATES; the default's panel solve)
 or UPDATE:PANEL_SOLVE ("inverse": the block column below the diagonal as a
@@ -38,10 +38,7 @@ before every K-th block column of its first, left-looking factorisation
 the host where nothing fails and saves the rest of a failed factorisation.
 Run it without XLA's Triton GEMMs (XLA_FLAGS=--xla_gpu_enable_triton_gemm=false),
 or each compilation tunes them for minutes. Each of these rows also gives
-the program's temporary memory (XLA's memory analysis). With --no-retry,
-the default is timed beside itself compiled without its retry (api.RETRY
-None: where FP16 cannot factor A, float64 answers), for whether the retry
-pays; --factors, if given, are timed too.
+the program's temporary memory (XLA's memory analysis).
 
 Prints a line per measurement (median ms of --repeats calls after one
 compiling call, refinement iterations, fallback, backward error; for the
@@ -229,8 +226,7 @@ def gemm_times(update: str, repeats: int) -> dict:
 
 def first_factor_info(a) -> int:
     """Where the default's first factorisation (api.SPD) failed: the order
-    of its first non-positive pivot, or 0. How early it fails is what could
-    tell a matrix beyond the retry's reach before paying for the retry."""
+    of its first non-positive pivot, or 0."""
     scale = solvers._scale("spd", a, None)
     return int(cholesky.cholesky(a, scale=scale, **factor_options(api.SPD["update"]))[1])
 
@@ -259,21 +255,18 @@ def main() -> None:
     parser.add_argument("--conds", type=float, nargs="+", default=[1e4, 1e5, 1e6, 1e7])
     parser.add_argument("--factors", nargs="+",
                         help="UPDATE or UPDATE:PANEL_SOLVE to factor with from the start "
-                             "(default: bf16x3, none with --stops or --no-retry)")
+                             "(default: bf16x3, none with --stops)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--diagnose", type=int, default=0,
                         help="up to this N, also each factor's backward error and refinement rate")
     parser.add_argument("--stops", type=int, nargs="+", default=[],
                         help="time the default with a stop every K block columns (0: none) "
                              "instead of the factors")
-    parser.add_argument("--no-retry", action="store_true",
-                        help="also time the default compiled without its retry (where FP16 "
-                             "cannot factor A, float64 answers)")
     parser.add_argument("--budget", type=float, default=420, help="seconds before skipping the rest")
     args = parser.parse_args()
     if args.stops and args.factors:
         parser.error("--stops times the default alone: leave --factors out")
-    args.factors = args.factors or ([] if args.stops or args.no_retry else ["bf16x3"])
+    args.factors = args.factors or ([] if args.stops else ["bf16x3"])
     for name in args.factors:
         solvers.spd_solve(jnp.eye(4), jnp.ones(4), **factor_options(name))  # bad names fail here
     if any(k < 0 for k in args.stops):
@@ -283,8 +276,6 @@ def main() -> None:
         del impls["mixed (the default)"]
         impls.update({f"mixed (the default), stops every {k}": with_setting(cholesky, "STOP_EVERY", k)
                       for k in args.stops})
-    if args.no_retry:
-        impls["mixed (the default), no retry"] = with_setting(api, "RETRY", None)
     impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
     rows = []
 
@@ -292,9 +283,9 @@ def main() -> None:
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    updates = dict.fromkeys([api.SPD["update"], api.RETRY["update"]]
+    updates = dict.fromkeys([api.SPD["update"]]
                             + [name.partition("@")[0].partition(":")[0] for name in args.factors])
-    if not (args.stops or args.no_retry):
+    if not args.stops:
         for update in updates:
             for k in (2048, 16384):
                 record(gemm_errors(update, k))

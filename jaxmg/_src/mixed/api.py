@@ -30,18 +30,19 @@ PRECISIONS = ("highest", "mixed")
 # 2048 columns, left-looking, the off-diagonal blocks as GEMMs with the
 # inverse of the diagonal block (its rows scaled into float16's range). FP16's
 # 3 more bits than BF16 save a refinement step at cond 10 (N=32768: 82.5 ms
-# against 90.5) and factor cond 1e4 at once, where BF16 failed and factored
-# again. Where FP16 cannot factor the matrix (from about cond 1e5) it factors
-# again with BF16x6 updates (about float32's significand, on tensor cores)
-# summed over spans of 2048 terms: the tensor cores add a product's K terms
-# into float32 with an error that grows with K (on an H100 the BF16x6
-# preset's relative error was 1.8e-5 at K=16384 and 1.9e-6 in spans of 2048).
-# On one H100 (tools/spd_update_probe.py, docs/benchmarks.md), N=16384 and
-# cond 1e6: BF16x6 in spans refined in 16 solves (60.5 ms, JAX 43.9), BF16x3
-# in spans in all 30 of the budget (70.1), and without spans both fell back
-# (the retry before, BF16x3: 150.6 ms); N=32768: 300.6 ms in 15 solves against
-# that retry's fallback, 613.8 (JAX 290.3). Where a factor factors but does
-# not refine, the solve goes to float64.
+# against 90.5) and factor cond 1e4 at once, where BF16 failed. Where FP16
+# cannot factor the matrix (from about cond 1e5) the solve goes to float64
+# at once. A second factorisation before it, with BF16x6
+# updates in spans of 2048 (about float32's accuracy, on tensor cores), does
+# not pay: it costs about what JAX's float64 Cholesky does (0.9x at N=32768,
+# 1.2x at 16384), so it could save little and, where it did not refine,
+# cost twice. On one H100, one run (tools/spd_update_probe.py --no-retry
+# at 3b40b0f, docs/benchmarks.md), against going to float64 at once: at
+# N=32768 it saved 67 and 40 ms at cond 1e5 and 1e6 (291 and 304 ms against
+# JAX's 286 and 296), and cost 38 and 322 ms more at cond 1e7 and 1e8 (656
+# ms, 2.2x JAX's); at N=16384 it saved 3 ms at cond 1e5 and cost 8 to 72 ms
+# more from cond 1e6 (131 ms at 1e8, 3.0x). Without it a jitted solve
+# compiles one factorisation, in half the time (21 s against 42 at N=32768).
 # LU: BF16's pivot growth left refinement at 22-30 steps even at cond 10,
 # and so did TF32's on U S V^T matrices at N=16384 and 32768 (it converged
 # in 4 on W / sqrt(N) + 3 I), so BF16x3 from the start; right-looking, U12
@@ -53,7 +54,6 @@ SPD = dict(block_size=2048, update="fp16", panel="float32", variant="left", pane
 GENERAL = dict(block_size=4096, update="bf16x3", panel="float32", variant="right",
                panel_solve="inverse")
 GENERAL_UP_TO_16384 = dict(GENERAL, block_size=2048)
-RETRY = dict(update="bf16x6", span=2048)  # the Cholesky's
 REFINEMENT = rf.options()
 # General matrices from N = GRAM_FROM: no LU, but the Cholesky
 # of G = A^H A (normal.py: G by FP16 products, factored with BF16x3 updates)
@@ -228,8 +228,7 @@ def _factored(kind: str, a, triangle, rows: placement.Rows, on_failure: str = "n
     elif kind == "spd":  # used where it lies: no mirrored copy of A (hermitian.py)
         stored = "lower" if triangle == "lower" else "upper"
     cfg = _config(kind, a, rows) if cfg is None else cfg
-    retry = RETRY if kind == "spd" else None  # an LU fails where A is singular: no retry
-    f, info, norms = solvers.factorise(kind, a, cfg, rows, retry=retry, triangle=stored)
+    f, info, norms = solvers.factorise(kind, a, cfg, rows, triangle=stored)
     return MixedFactor(a, f, info, norms, kind, cfg, rows, on_failure, stored, order)
 
 

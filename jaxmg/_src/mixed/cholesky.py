@@ -187,14 +187,13 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
 
 # A stop before every STOP_EVERY-th block column (0: none): where a diagonal
 # block has failed, the left-looking factorisation factors no more columns,
-# whose work would be lost (a failed factorisation is done again with more
-# accurate updates, or not used). Every left-looking factorisation has them:
-# the mixed SPD solve's first one and its retry, that of G = A^H A for
-# general solves, the float64 one of the sharded fallback. Each stop is one
-# test on the host (XLA's conditional reads its predicate there). On one
-# H100 (docs/benchmarks.md) a stop before every column cost the SPD solve
-# 0.3 and 0.7 ms at N=16384 and 32768 where nothing failed, and saved 4 to
-# 30 ms where FP16 failed (cond 1e6, 1e8).
+# whose work would be lost (a failed factorisation is not used). Every
+# left-looking factorisation has them: the mixed SPD solve's, that of
+# G = A^H A for general solves, the float64 one of the sharded fallback.
+# Each stop is one test on the host (XLA's conditional reads its predicate
+# there). On one H100 (docs/benchmarks.md) a stop before every column cost
+# the SPD solve 0.3 and 0.7 ms at N=16384 and 32768 where nothing failed,
+# and saved 4 to 30 ms where FP16 failed (cond 1e6, 1e8).
 STOP_EVERY = 1
 
 
@@ -271,7 +270,7 @@ def _first_nonpositive_pivot(d):
     SEARCH_BLOCK whose Cholesky fails, and an unblocked one the pivot within
     it. Unblocked over a whole block of 2048, each pivot was a pass over the
     block: about 32 us on an H100, up to 65 ms a failure, paid by every
-    mixed solve that retries (docs/benchmarks.md)."""
+    mixed solve whose factorisation fails (docs/benchmarks.md)."""
     w = d.shape[0]
     if w <= SEARCH_BLOCK:
         return _first_nonpositive_pivot_unblocked(d)

@@ -6,14 +6,13 @@ never less accurate than the float64 solver's."""
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
-from jax import custom_batching, lax
+from jax import lax
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import failures
@@ -146,41 +145,21 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
     return placement.call(rows, body, out_specs, a, b)
 
 
-def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, retry: dict | None = None,
-              triangle: str | None = None):
+def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, triangle: str | None = None):
     """The low-precision factorisation alone, for solving later with
-    solve_factored: (CholeskyFactor or LUFactor, its info, A's norms for the
+    solve_factored: (CholeskyFactor or LU factor, its info, A's norms for the
     refinement: refine.norms, one pass over A that the solves then skip).
-    Where it fails (at BF16 a Cholesky of a matrix conditioned beyond about
-    1e3 does) and `retry` sets cfg's `update` (and `span`) to more accurate
-    ones, the factorisation runs again with them (same panels, so the same
-    factor structure) before the solves would fall back to float64.
-    triangle ("spd", one device): a holds A in its "upper" or "lower"
-    triangle only (hermitian.py); None: a is all of A."""
+    Where it fails, the solves go to float64 (api.py says why no second,
+    more accurate factorisation is tried first). triangle ("spd", one
+    device): a holds A in its "upper" or "lower" triangle only
+    (hermitian.py); None: a is all of A."""
     upper = triangle == "upper"
     norms = _norms(a) if triangle is None else _triangle_norms(a, upper)
-    if cfg.variant in normal.VARIANTS:  # no retry: G's Cholesky fails where A is beyond its reach
+    if cfg.variant in normal.VARIANTS:
         return (*normal.factor(a, cfg=cfg, rows=rows), norms)
     factor = functools.partial(chol._cholesky, upper=upper) if kind == "spd" else lum._lu
     scale = _scale(kind, a, norms[0], rows.sharded)
-    f, info = factor(a, scale, cfg=cfg, rows=rows)
-    again = dataclasses.replace(cfg, **retry) if retry else cfg
-    if again != cfg:
-        if not isinstance(info, jax.core.Tracer):  # eager: compile the retry only when needed
-            if int(info) != 0:
-                f, info = factor(a, scale, cfg=again, rows=rows)
-        else:
-            # Under vmap one matrix at a time: the cond would become a select, which
-            # runs the retry for every matrix, and which explicit sharding refuses
-            # (a batched predicate against row-sharded cases). The factor is not
-            # differentiated (the solves refine against a), so no tangents enter.
-            def retried(a, scale, f, info):
-                return lax.cond(info != 0, lambda: factor(a, scale, cfg=again, rows=rows),
-                                lambda: (f, info))
-
-            f, info = custom_batching.sequential_vmap(retried)(
-                *lax.stop_gradient((a, scale, f, info)))
-    return f, info, norms
+    return (*factor(a, scale, cfg=cfg, rows=rows), norms)
 
 
 def solve_factored(kind: str, a, factor, factor_info, norms, b, cfg: blk.Config, opts: rf.Options,
