@@ -308,8 +308,11 @@ def plot(records: list[dict[str, Any]], args: argparse.Namespace, path: pathlib.
     fig, axes = plt.subplots(1, len(args.routines), figsize=(6 * len(args.routines), 4.8), squeeze=False)
     styles = ["-", "--", ":", "-."]
     markers = "osD^v<>p*h"
-    # One colour and marker per implementation and device count (or grid), the same in every panel.
+    # One colour and marker per implementation and device count (or grid), the same in every panel;
+    # the line style tells the condition numbers apart where there are several (then hollow
+    # markers tell a second dtype), else the dtypes.
     labels = sorted({(r["impl"], r["devices"], r.get("grid") or "") for r in records if r["impl"] != MG_JIT})
+    conds = sorted({r.get("cond") or 0.0 for r in records})
     for ax, routine in zip(axes[0], args.routines):
         series: dict[tuple, list[tuple[int, float]]] = {}
         for r in records:
@@ -321,9 +324,12 @@ def plot(records: list[dict[str, Any]], args: argparse.Namespace, path: pathlib.
             index = labels.index((impl, d, grid))
             where = f" {grid}" if grid else f" {d} dev" if multi and impl not in ONE_DEVICE_IMPLS else ""
             label = impl + where + f" {dtype}" + (f" cond {format_cond(cond)}" if cond else "")
+            kind = args.dtypes.index(dtype)
+            style = styles[(conds.index(cond) if len(conds) > 1 else kind) % len(styles)]
+            hollow = len(conds) > 1 and kind > 0
             ax.plot([p[0] for p in points], [p[1] for p in points], color=f"C{index % 10}",
-                    linestyle=styles[args.dtypes.index(dtype) % len(styles)],
-                    marker=markers[index % len(markers)], label=label)
+                    linestyle=style, marker=markers[index % len(markers)], label=label,
+                    markerfacecolor="none" if hollow else f"C{index % 10}")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xticks(sorted(args.sizes), [str(n) for n in sorted(args.sizes)])
