@@ -770,6 +770,65 @@ def test_refine_gives_up_at_once_when_its_rate_cannot_reach_the_bound(rng, contr
         assert not np.any(converged) and np.all(iterations <= 2)
 
 
+def test_auto_hands_a_classic_rate_short_of_the_budget_to_gmres(rng):
+    """Classic refinement whose error shrinks by 0.45 a step (so it never
+    counts as slow) would need about 45 solves: method "ir" gives up at once,
+    "auto" hands the column to GMRES-IR, which converges (here in one step,
+    the preconditioned matrix being 0.55 I) within the budget of 30."""
+    a = spd(rng, 64, np.float64, 10.0)
+    b = rng.standard_normal((64, 2))
+    anorm, floor = refine.norms(jnp.asarray(a))
+    damped = jnp.asarray(0.55 * np.linalg.inv(a))
+
+    def run(method):
+        return refine.refine(
+            lambda x: jnp.asarray(a) @ x, lambda r: damped @ r, jnp.asarray(b), anorm, floor,
+            refine.options(method), start_ok=jnp.asarray(True),
+        )
+
+    _, iterations, _, converged, _ = run("ir")
+    assert not np.any(converged) and np.all(np.asarray(iterations) <= 2)
+    x, iterations, gmres, converged, berr = run("auto")
+    assert np.all(converged) and np.all(gmres) and np.all(np.asarray(iterations) <= 6), iterations
+    assert np.all(np.asarray(berr) <= float(refine.tolerance(64, floor)))
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-12)
+
+
+def test_gmres_within_the_tolerance_takes_one_step_a_cycle(rng, monkeypatch):
+    """GMRES-IR with a preconditioner that classic refinement is slow with
+    (M A = S, eigenvalues spread over [0.3, 1.9]) and cycles that reduce the
+    residual by 1e-5, so that a cycle lands at the floor with a change in x
+    too large for the forecast to stop the column: one step then shows
+    whether berr still falls. Whole cycles there (the rule patched out) spend
+    more solves for an x no more accurate."""
+    a = spd(rng, 64, np.float64, 10.0)
+    q, _ = np.linalg.qr(rng.standard_normal((64, 64)))
+    s = (q * np.linspace(0.3, 1.9, 64)) @ q.T
+    b = rng.standard_normal((64, 16))
+    want = np.linalg.solve(a, b)
+    anorm, floor = refine.norms(jnp.asarray(a))
+    preconditioner = jnp.asarray(s @ np.linalg.inv(a))
+
+    def run():
+        return refine.refine(
+            lambda x: jnp.asarray(a) @ x, lambda r: preconditioner @ r, jnp.asarray(b), anorm,
+            floor, refine.options("auto", max_iterations=60, inner_tolerance=1e-5),
+            start_ok=jnp.asarray(True),
+        )
+
+    def forward_error(x):
+        return np.abs(np.asarray(x) - want).max(axis=0) / np.abs(want).max(axis=0)
+
+    x, iterations, gmres, converged, _ = run()
+    monkeypatch.setattr(refine, "_STEPS_WITHIN_TOLERANCE", refine.Options().restart)
+    x_whole, iterations_whole, _, converged_whole, _ = run()
+    assert np.all(converged) and np.all(converged_whole) and np.all(gmres)
+    saved = np.asarray(iterations_whole) - np.asarray(iterations)
+    assert np.all(saved >= 0) and saved.sum() >= 2, (iterations, iterations_whole)
+    eps = np.finfo(np.float64).eps
+    assert np.all(forward_error(x) <= np.maximum(4 * forward_error(x_whole), 8 * eps))
+
+
 # --------------------------------------------------------------------------
 # Row-sharded inputs (4 forced CPU devices)
 # --------------------------------------------------------------------------

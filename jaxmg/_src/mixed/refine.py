@@ -27,11 +27,16 @@ a column within the tolerance stops when, at the rate of its last two
 corrections, the next would change x by less than eps of its norm (on a
 well-conditioned SPD matrix, 5 solves instead of 6). A step
 that gains less than half above that bound means slow convergence:
-classic refinement hands the column to GMRES-IR. A column that stops above
+classic refinement hands the column to GMRES-IR, as it does a column whose
+classic rate would not reach the bound within the budget (GMRES-IR
+converges faster). Once every column being refined is within the bound, a
+GMRES cycle takes one step: that shows whether berr still falls, where a
+whole cycle at the floor would be lost. A column that stops above
 the bound, or is still improving when the budget of low-precision solves
 runs out (unless already below `floor`), fails and goes to the caller's
-float64 fallback; so does, at once, a column whose last step forecasts (at
-that step's rate) more solves to the bound than the budget has left. The
+float64 fallback; so does, at once, a column whose last GMRES-IR step
+forecasts (at that step's rate) more solves to the bound than the budget has
+left, or whose classic step does under method "ir". The
 budget, 30 solves: on one H200 the float64 fallback costs about as much as
 22 GMRES-IR solves at N=16384 and 41 at N=32768, so solves spent beyond it
 on a column that may still fail rarely pay (with 50, the SPD solve at cond
@@ -53,6 +58,9 @@ from jaxmg._src import failures
 METHODS = ("ir", "gmres", "auto")
 _FLOOR_GAIN = 0.9  # a step keeping berr above 0.9x the last is at the floor
 _FAST_GAIN = 0.5  # classic refinement going slower than this hands over to GMRES
+# Within the tolerance a GMRES cycle tests whether berr still falls: one step (a
+# minimal-residual one) tells it, where a whole cycle at the floor would be lost.
+_STEPS_WITHIN_TOLERANCE = 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -195,13 +203,16 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
         at_floor = at_floor | (take & (berr <= tol) & (gain <= _FAST_GAIN)
                                & last_step_left_x_exact(change_try, s.change, eps))
         go_on = ~at_floor
+        iterations = s.iterations + jnp.where(s.active, used, 0).astype(jnp.int32)
+        # At the last step's rate the column would not reach the tolerance within the budget.
+        short = _out_of_reach(berr, gain, used, tol, budget - iterations)
         handover = s.handover
         if phase == "ir" and opts.method == "auto":
-            slow = ~(gain <= _FAST_GAIN) & ~(berr <= tol)
+            # A classic rate that falls short is no forecast for GMRES-IR, which converges faster.
+            slow = (~(gain <= _FAST_GAIN) | short) & ~(berr <= tol)
             handover = handover | (s.active & (slow | (at_floor & ~(berr <= tol))))
             go_on = go_on & ~slow
-        iterations = s.iterations + jnp.where(s.active, used, 0).astype(jnp.int32)
-        go_on = go_on & ~_out_of_reach(berr, gain, used, tol, budget - iterations)
+        go_on = go_on & ~short
         return _State(
             x=jnp.where(take, x_try, s.x),
             r=jnp.where(take, r_try, s.r),
@@ -226,7 +237,9 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
         ran = s.active & (s.spent < budget)
 
         def cycle(s: _State):
-            limit = jnp.minimum(opts.restart, budget - s.spent)
+            near = jnp.all(~s.active | (s.berr <= tol))
+            limit = jnp.minimum(jnp.where(near, _STEPS_WITHIN_TOLERANCE, opts.restart),
+                                budget - s.spent)
             d, used = _fgmres(matvec, precondition, s.r, s.active, limit, opts)
             return judge(s, s.x + d, used, "gmres")
 
