@@ -147,7 +147,7 @@ def _solve(a, b, *, kind, cfg, opts, fallback, rows):
 
 def factorise(kind: str, a, cfg: blk.Config, rows: placement.Rows, triangle: str | None = None):
     """The low-precision factorisation alone, for solving later with
-    solve_factored: (CholeskyFactor or LU factor, its info, A's norms for the
+    solve_factored: (CholeskyFactor or LUFactor, its info, A's norms for the
     refinement: refine.norms, one pass over A that the solves then skip).
     Where it fails, the solves go to float64 (api.py says why no second,
     more accurate factorisation is tried first). triangle ("spd", one
