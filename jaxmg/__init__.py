@@ -33,6 +33,12 @@ from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
 from jaxmg._src.triangular import solve_triangular
 from jaxmg._src.lu import LUFactor, lu, lu_factor, lu_solve
 from jaxmg._src.polar import gesvd, polar, svd
+from jaxmg._src.shardmap_ctx import (
+    potri_shardmap_ctx,
+    potri_symmetrize,
+    potrs_shardmap_ctx,
+    syevd_shardmap_ctx,
+)
 
 __version__ = "0.2.0"
 __all__ = [
@@ -66,7 +72,10 @@ __all__ = [
     "pinv",
     "polar",
     "potri",
+    "potri_shardmap_ctx",
+    "potri_symmetrize",
     "potrs",
+    "potrs_shardmap_ctx",
     "qr",
     "slogdet",
     "solve",
@@ -74,6 +83,7 @@ __all__ = [
     "svd",
     "svdvals",
     "syevd",
+    "syevd_shardmap_ctx",
     "tensorinv",
     "tensorsolve",
 ]

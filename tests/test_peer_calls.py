@@ -233,3 +233,96 @@ def test_refused_in_their_words(mesh, spd, routine, case):
     b = helpers.replicated(np.ones((N, 1)), mesh)
     with pytest.raises(error, match=words):
         call(getattr(jaxmg, routine), spd[1], b)
+
+
+# ---- JAXMg's routines for the inside of the caller's shard_map ---------------
+
+def inside(mesh, body, in_specs, out_specs):
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=False))
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.complex128])
+def test_shardmap_ctx_routines_as_jaxmgs_tests_call_them(rng, mesh, dtype):
+    """potrs_shardmap_ctx, potri_shardmap_ctx (then potri_symmetrize) and
+    syevd_shardmap_ctx with the out_specs JAXMg's own tests give them: each
+    status a vector of one, 0; x, the inverse and the eigenpairs right."""
+    a = helpers.spd(rng, N, dtype)
+    b = helpers.random_matrix(rng, N, dtype, 2)
+    rows, whole = helpers.rows(a, mesh), helpers.replicated(b, mesh)
+    x, status = inside(mesh, functools.partial(jaxmg.potrs_shardmap_ctx, T_A=4),
+                       (SPEC, P(None, None)), (P(None, None), P(None)))(rows, whole)
+    assert status.shape == (1,) and status.dtype == np.int32 and int(status[0]) == 0
+    assert helpers.residual(a, x, b) <= helpers.tolerance(dtype, N, 10.0)
+    inverse, status = inside(mesh, functools.partial(jaxmg.potri_shardmap_ctx, T_A=4),
+                             (SPEC,), (SPEC, P(None)))(rows)
+    assert status.shape == (1,) and int(status[0]) == 0
+    assert helpers.inverse_error(a, jaxmg.potri_symmetrize(inverse)) <= helpers.tolerance(dtype, N, 10.0)
+    w, vh, status = inside(mesh, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=4),
+                           (SPEC,), (P(None), SPEC, P(None)))(rows)
+    assert status.shape == (1,) and int(status[0]) == 0
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), atol=1e-10 * np.abs(a).max())
+    v = np.asarray(vh).conj().T
+    np.testing.assert_allclose(a @ v, v * np.asarray(w), atol=1e-9 * np.abs(a).max())
+    w_alone, status = inside(mesh, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=4,
+                                                     return_eigenvectors=False),
+                             (SPEC,), (P(None), P(None)))(rows)
+    np.testing.assert_allclose(np.asarray(w_alone), np.asarray(w), rtol=1e-12)
+
+
+def test_shardmap_ctx_reports_a_matrix_that_is_not_positive_definite(mesh):
+    """JAXMg's test: diag(-1, 0, 1, ...) fails at the order 1 (LAPACK's info);
+    x and the inverse are NaN."""
+    a = np.diag(np.arange(N, dtype=np.float64) - 1)
+    rows = helpers.rows(a, mesh)
+    x, status = inside(mesh, functools.partial(jaxmg.potrs_shardmap_ctx, T_A=2),
+                       (SPEC, P(None, None)), (P(None, None), P(None)))(
+        rows, helpers.replicated(np.ones((N, 1)), mesh))
+    assert int(status[0]) == helpers.lapack_potrf_info(a) == 1
+    assert np.isnan(np.asarray(x)).all()
+    inverse, status = inside(mesh, functools.partial(jaxmg.potri_shardmap_ctx, T_A=2),
+                             (SPEC,), (SPEC, P(None)))(rows)
+    assert int(status[0]) == 1 and np.isnan(np.asarray(inverse)).all()
+
+
+def test_potrs_in_jaxmgs_call_form_takes_a_row_block_and_all_of_b_inside_shard_map(rng, mesh):
+    a = helpers.spd(rng, N, np.float64)
+    b = helpers.random_matrix(rng, N, np.float64, 1)
+    x, status = inside(mesh, lambda a, b: jaxmg.potrs(a, b, 5, return_status=True),
+                       (SPEC, P(None, None)), (P(None, None), P()))(
+        helpers.rows(a, mesh), helpers.replicated(b, mesh))
+    assert int(status) == 0
+    assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+
+
+@pytest.mark.parametrize("sharded", [False, True])
+def test_potri_symmetrize_completes_the_upper_triangle(rng, mesh, sharded):
+    h = helpers.hermitian(rng, N, np.complex128)
+    upper = np.triu(h) + np.tril(rng.standard_normal((N, N)), -1)  # below: whatever is there
+    given = helpers.rows(upper, mesh) if sharded else upper
+    np.testing.assert_array_equal(np.asarray(jaxmg.potri_symmetrize(given)), h)
+    with pytest.raises(ValueError, match="square matrix"):
+        jaxmg.potri_symmetrize(upper[:3])
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, b: jaxmg.potrs_shardmap_ctx(a, b, 0),
+    lambda a, b: jaxmg.potri_shardmap_ctx(a, 2.5),
+    lambda a, b: jaxmg.syevd_shardmap_ctx(a, -1),
+], ids=["potrs", "potri", "syevd"])
+def test_shardmap_ctx_refuses_a_tile_in_jaxmgs_words(mesh, spd, call):
+    with pytest.raises((TypeError, ValueError), match="T_A must be positive"):
+        inside(mesh, call, (SPEC, P(None, None)), (P(None, None), P(None)))(
+            spd[1], helpers.replicated(np.ones((N, 1)), mesh))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.complex64, np.complex128])
+def test_random_psd_is_hermitian_positive_definite_and_seeded(dtype):
+    from jaxmg.utils import random_psd
+
+    a = np.asarray(random_psd(16, dtype=dtype, seed=1234))
+    assert a.dtype == dtype and a.shape == (16, 16)
+    np.testing.assert_allclose(a, a.conj().T, rtol=0, atol=10 * np.finfo(dtype).eps)
+    assert np.linalg.eigvalsh(a.astype(np.complex128)).min() > 0
+    np.testing.assert_array_equal(a, np.asarray(random_psd(16, dtype=dtype, seed=1234)))
+    assert not np.array_equal(a, np.asarray(random_psd(16, dtype=dtype, seed=1235)))

@@ -119,7 +119,8 @@ def check_arrays(routine: str, a, b=None):
     local = bool(jax.sharding.get_abstract_mesh().manual_axes)  # shard_map: a's own rows
     if a.shape[0] != a.shape[1] and not local:
         raise ValueError(f"{what} expects A to be square, got shape {a.shape}")
-    if b is not None and a.shape[0] != b.shape[0]:
+    rows = (a.shape[0], a.shape[1]) if local else (a.shape[0],)  # b: its rows or all of them
+    if b is not None and b.shape[0] not in rows:
         raise ValueError(f"{what}: A and B must have matching leading dimensions, got "
                          f"{a.shape} and {b.shape}")
     return a, b

@@ -1,0 +1,12 @@
+"""JAXMg's jaxmg.utils.random_psd, which code and tests written for that
+package build their matrices with."""
+
+import jax
+import jax.numpy as jnp
+
+
+def random_psd(n, dtype, seed):
+    """An n x n Hermitian positive-definite matrix of `dtype`: W W^H / n for W
+    of standard normal entries (from jax.random.key(seed)), plus 1e-5 I."""
+    w = jax.random.normal(jax.random.key(seed), (n, n), dtype)
+    return w @ jnp.conj(w).T / n + 1e-5 * jnp.eye(n, dtype=dtype)
