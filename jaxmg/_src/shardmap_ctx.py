@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jaxmg._src import arguments, peer_calls, sharding
 from jaxmg._src.cholesky import potri, potrs
 from jaxmg._src.eigh import syevd
+from jaxmg._src.engines import mg
 
 
 def potrs_shardmap_ctx(a, b, T_A, pad=True):  # noqa: N803 (JAXMg's names)
@@ -61,4 +62,4 @@ def _tile(routine: str, a, T_A, pad):  # noqa: N803
     rows = getattr(a, "shape", (0,))[0]
     if not arguments.check_flag(pad, "pad") or rows < 1:
         return tile
-    return max(t for t in range(1, min(tile, rows) + 1) if rows % t == 0)
+    return mg.largest_divisor(rows, tile)

@@ -46,7 +46,7 @@ def block_tile(rows: int, requested: int | None) -> int:
     which must divide them: another tile would give other roundings than the
     same call outside shard_map."""
     if requested is None:
-        return next(t for t in range(min(rows, config.DEFAULT_TILE), 0, -1) if rows % t == 0)
+        return largest_divisor(rows, config.DEFAULT_TILE)
     requested = min(requested, rows)
     if rows % requested:
         divisors = [t for t in range(1, rows + 1) if rows % t == 0]
@@ -56,6 +56,11 @@ def block_tile(rows: int, requested: int | None) -> int:
             "tile_size out"
         )
     return requested
+
+
+def largest_divisor(rows: int, up_to: int) -> int:
+    """The largest tile up to `up_to` that divides `rows` (>= 1)."""
+    return next(t for t in range(min(rows, up_to), 0, -1) if rows % t == 0)
 
 
 def _shard_map(body, placement, in_specs, out_specs):
