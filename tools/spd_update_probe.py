@@ -96,19 +96,18 @@ def factor_options(name: str) -> dict:
                 span=int(span) if span else None)
 
 
-def with_setting(module, name: str, value):
-    """public compiled with module.name = value, once per shape."""
+def with_stops(every: int):
+    """public compiled with cholesky.STOP_EVERY = every, once per shape."""
     compiled = {}
 
     def call(a, b):
         if a.shape not in compiled:
-            chosen = getattr(module, name)
-            setattr(module, name, value)
-            jax.clear_caches()  # the inner jits' traces hold the setting
+            chosen, cholesky.STOP_EVERY = cholesky.STOP_EVERY, every
+            jax.clear_caches()  # the inner jits' traces hold STOP_EVERY
             try:
                 compiled[a.shape] = jax.jit(public.__wrapped__).lower(a, b).compile()
             finally:
-                setattr(module, name, chosen)
+                cholesky.STOP_EVERY = chosen
                 jax.clear_caches()
         return compiled[a.shape](a, b)
 
@@ -274,8 +273,7 @@ def main() -> None:
     impls = {"jax native": native, "mixed (the default)": public}
     if args.stops:
         del impls["mixed (the default)"]
-        impls.update({f"mixed (the default), stops every {k}": with_setting(cholesky, "STOP_EVERY", k)
-                      for k in args.stops})
+        impls.update({f"mixed (the default), stops every {k}": with_stops(k) for k in args.stops})
     impls.update({f"mixed, {name}": factored_with(name) for name in args.factors})
     rows = []
 

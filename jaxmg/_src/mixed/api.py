@@ -35,8 +35,9 @@ PRECISIONS = ("highest", "mixed")
 # at once. A second factorisation before it, with BF16x6 updates in spans of
 # 2048 (about float32's accuracy, on tensor cores), does not pay: it costs
 # about what JAX's float64 Cholesky does (0.9x at N=32768, 1.2x at 16384),
-# so it could save little and, where it did not refine, cost twice. On one H100, one run (tools/spd_update_probe.py --no-retry
-# at 3b40b0f, docs/benchmarks.md), against going to float64 at once: at
+# so it could save little and, where it did not refine, cost twice. On one
+# H100, one run (tools/spd_update_probe.py --no-retry at 3b40b0f,
+# docs/benchmarks.md), against going to float64 at once: at
 # N=32768 it saved 67 and 40 ms at cond 1e5 and 1e6 (291 and 304 ms against
 # JAX's 286 and 296), and cost 38 and 322 ms more at cond 1e7 and 1e8 (656
 # ms, 2.2x JAX's); at N=16384 it saved 3 ms at cond 1e5 and cost 8 to 72 ms
