@@ -33,6 +33,7 @@ from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
 from jaxmg._src.triangular import solve_triangular
 from jaxmg._src.lu import LUFactor, lu, lu_factor, lu_solve
 from jaxmg._src.polar import gesvd, polar, svd
+from jaxmg._src.row_cyclic import cyclic_1d, verify_cyclic
 from jaxmg._src.shardmap_ctx import (
     potri_shardmap_ctx,
     potri_symmetrize,
@@ -54,6 +55,7 @@ __all__ = [
     "cho_solve",
     "cholesky",
     "cond",
+    "cyclic_1d",
     "det",
     "eigh",
     "eigvalsh",
@@ -86,6 +88,7 @@ __all__ = [
     "syevd_shardmap_ctx",
     "tensorinv",
     "tensorsolve",
+    "verify_cyclic",
 ]
 
 # XLA:CPU's pool, two threads per device, before JAX starts (see eager.py).

@@ -61,8 +61,12 @@ def test_potrs_under_jit_with_status(rng, mesh, spd):
     x, status = solve(placed, b, 2)
     assert int(status) == 0
     assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
-    x, status = solve(helpers.rows(np.diag(np.arange(N) - 1.0), mesh), b, 2)
-    assert int(status) == 1 and np.isnan(np.asarray(x)).all()
+    bad = np.diag(np.arange(N) - 1.0)
+    x, status = solve(helpers.rows(bad, mesh), b, 2)
+    assert status.shape == () and status.dtype == np.int32
+    assert int(status) == 7 and np.isnan(np.asarray(x)).all()
+    _, info = jaxmg.potrs(helpers.rows(bad, mesh), b, tile_size=2, return_info=True)
+    assert int(info) == helpers.lapack_potrf_info(bad) == 1
 
 
 @pytest.mark.parametrize("status", [False, True])
@@ -271,18 +275,18 @@ def test_shardmap_ctx_routines_as_jaxmgs_tests_call_them(rng, mesh, dtype):
 
 
 def test_shardmap_ctx_reports_a_matrix_that_is_not_positive_definite(mesh):
-    """JAXMg's test: diag(-1, 0, 1, ...) fails at the order 1 (LAPACK's info);
-    x and the inverse are NaN."""
+    """JAXMg's test: diag(-1, 0, 1, ...) is not positive definite: status 7, as
+    JAXMg's; x and the inverse are NaN."""
     a = np.diag(np.arange(N, dtype=np.float64) - 1)
     rows = helpers.rows(a, mesh)
     x, status = inside(mesh, functools.partial(jaxmg.potrs_shardmap_ctx, T_A=2),
                        (SPEC, P(None, None)), (P(None, None), P(None)))(
         rows, helpers.replicated(np.ones((N, 1)), mesh))
-    assert int(status[0]) == helpers.lapack_potrf_info(a) == 1
+    assert status.shape == (1,) and status.dtype == np.int32 and int(status[0]) == 7
     assert np.isnan(np.asarray(x)).all()
     inverse, status = inside(mesh, functools.partial(jaxmg.potri_shardmap_ctx, T_A=2),
                              (SPEC,), (SPEC, P(None)))(rows)
-    assert int(status[0]) == 1 and np.isnan(np.asarray(inverse)).all()
+    assert int(status[0]) == 7 and np.isnan(np.asarray(inverse)).all()
 
 
 def test_potrs_in_jaxmgs_call_form_takes_a_row_block_and_all_of_b_inside_shard_map(rng, mesh):
@@ -326,3 +330,21 @@ def test_random_psd_is_hermitian_positive_definite_and_seeded(dtype):
     assert np.linalg.eigvalsh(a.astype(np.complex128)).min() > 0
     np.testing.assert_array_equal(a, np.asarray(random_psd(16, dtype=dtype, seed=1234)))
     assert not np.array_equal(a, np.asarray(random_psd(16, dtype=dtype, seed=1235)))
+
+
+def test_cholesky_status_is_jaxmgs_in_every_peer_form(mesh):
+    """potri's status and potrs's with return_logdet are 7 too where a is not
+    positive definite, as JAXMg's; a matrix whose lower triangle alone is
+    positive definite fails, as only the upper one is read."""
+    lower_only = np.diag(np.arange(N, dtype=np.float64) + 1)
+    lower_only[0, 1] = 2.0
+    for bad in (np.diag(np.arange(N) - 1.0), lower_only):
+        rows = helpers.rows(bad, mesh)
+        inverse, status = jaxmg.potri(rows, 2, mesh, (SPEC,), True)
+        assert int(status) == 7 and np.isnan(np.asarray(inverse)).all()
+        b = helpers.replicated(np.ones((N, 1)), mesh)
+        x, _, status = jaxmg.potrs(rows, b, 2, mesh, matrix_specs=SPEC, return_logdet=True,
+                                   return_status=True)
+        assert int(status) == 7 and np.isnan(np.asarray(x)).all()
+    _, status = jaxmg.potri(helpers.rows(np.eye(N), mesh), 2, mesh, (SPEC,), True)
+    assert int(status) == 0

@@ -88,7 +88,8 @@ class CholeskyFactor:
 
 
 @returns_ready_on_cpus
-@peer_calls.accepts_peer_calls(arrays=2, with_logdet=lambda *a, **k: _potrs_with_logdet(*a, **k))
+@peer_calls.accepts_peer_calls(arrays=2, with_logdet=lambda *a, **k: _potrs_with_logdet(*a, **k),
+                               cholesky_status=True)
 def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False, precision="highest"):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
@@ -125,7 +126,8 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
     JAXMg's call form, ``potrs(a, b, T_A, mesh, in_specs,
     return_status=False, pad=True)`` (``matrix_specs`` for in_specs, and
     ``return_logdet``, in its later releases), runs too (T_A is tile_size,
-    in_specs a's spec, return_status return_info; pad has no effect).
+    in_specs a's spec; pad has no effect); its status is JAXMg's: 0, or 7
+    where a is not positive definite.
     """
     return_info = arguments.check_flag(return_info, "return_info")
     if mixed_api.check_precision(precision):
@@ -376,7 +378,7 @@ def _potrs_with_logdet(a, b, *, tile_size=None, mesh=None, spec=None, backend="a
 
 
 @returns_ready_on_cpus
-@peer_calls.accepts_peer_calls(arrays=1)
+@peer_calls.accepts_peer_calls(arrays=1, cholesky_status=True)
 def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False):
     """Inverts a symmetric (Hermitian) positive-definite matrix via Cholesky.

@@ -7,7 +7,8 @@ name a's spec ``matrix_specs``, let potrs ``return_logdet``, take ``donate``
 and solve general systems by ``lu_solve(a, b, T_A, mesh, matrix_specs)``, a
 matrix where jax.scipy's lu_solve takes a factor. The same calls run here,
 each name mapped to jaxmg's option. ``pad`` has no effect: jaxmg lays out any
-N itself.
+N itself. The status of potrs and potri is JAXMg's too: 0, or 7 where the
+matrix is not positive definite (jaxmg's own return_info gives LAPACK's info).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import functools
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
@@ -27,6 +29,10 @@ _PARAMETERS = {
     "syevd": ("T_A", "mesh", "in_specs", "return_eigenvectors", "return_status", "pad"),
     "lu_solve": ("T_A", "mesh", "in_specs", "return_status", "pad", "donate"),
 }
+# What JAXMg's Cholesky routines report for a matrix that is not positive
+# definite: the cusolverStatus_t of cusolverMgPotrf, CUSOLVER_STATUS_INTERNAL_ERROR.
+CUSOLVER_INTERNAL_ERROR = 7
+
 _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
          "return_eigenvectors": "compute_vectors", "mesh": "mesh", "donate": "donate"}
 
@@ -40,10 +46,11 @@ class SpecifiedTwice(TypeError, ValueError):
                          "(they name the same option)")
 
 
-def accepts_peer_calls(arrays: int, with_logdet=None):
+def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False):
     """Lets the wrapped routine (whose first `arrays` parameters are arrays and
     the rest keyword-only) be called as JAXMg's namesake. with_logdet: the
-    routine's form that also returns log det a (potrs's return_logdet)."""
+    routine's form that also returns log det a (potrs's return_logdet);
+    cholesky_status: its status is JAXMg's (cusolver_status), not LAPACK's info."""
 
     def wrap(routine):
         names = _PARAMETERS[routine.__name__]
@@ -54,10 +61,12 @@ def accepts_peer_calls(arrays: int, with_logdet=None):
             if len(args) > arrays or not theirs_only.isdisjoint(kwargs):
                 check_arrays(routine.__name__, *args[:arrays])
                 args, kwargs, logdet = _as_ours(routine.__name__, names, arrays, args, kwargs)
-                if logdet:
-                    if with_logdet is None:
-                        raise TypeError(f"jaxmg.{routine.__name__} has no return_logdet")
-                    return with_logdet(*args, **kwargs)
+                if logdet and with_logdet is None:
+                    raise TypeError(f"jaxmg.{routine.__name__} has no return_logdet")
+                out = (with_logdet if logdet else routine)(*args, **kwargs)
+                if cholesky_status and kwargs.get("return_info"):
+                    return (*out[:-1], cusolver_status(out[-1]))
+                return out
             return routine(*args, **kwargs)
 
         return call
@@ -98,6 +107,14 @@ def accepts_matrix_form(solve_matrix):
         return call
 
     return wrap
+
+
+def cusolver_status(info):
+    """JAXMg's status for LAPACK's info of a Cholesky factorisation (an int32
+    array of info's shape); a mixed solve's RefinementInfo stays as it is."""
+    if not isinstance(info, (jax.Array, np.ndarray)):
+        return info
+    return jnp.where(info == 0, 0, CUSOLVER_INTERNAL_ERROR).astype(jnp.int32)
 
 
 def check_arrays(routine: str, a, b=None):

@@ -4,7 +4,8 @@ names: ``potrs_shardmap_ctx(a, b, T_A)``, ``potri_shardmap_ctx(a, T_A)``,
 ``potri_symmetrize``. jaxmg's own potrs, potri and syevd already take this
 device's row block of a there; these return what that package's do, the
 status last as an int32 vector of one (so that an out_spec of P(None) fits
-it). A block cannot be padded there, so with pad=True (JAXMg's default,
+it): potrs's and potri's as JAXMg's (7 where A is not positive definite),
+syevd's LAPACK's info. A block cannot be padded there, so with pad=True (JAXMg's default,
 which pads the block to a multiple of T_A) the tile is the largest divisor
 of the block's rows up to T_A; with pad=False T_A must divide them, as that
 package requires.
@@ -22,20 +23,20 @@ from jaxmg._src.engines import mg
 
 def potrs_shardmap_ctx(a, b, T_A, pad=True):  # noqa: N803 (JAXMg's names)
     """(x, status): x solves A x = b on every device (b: all of its rows, or
-    this device's); status is LAPACK's info, 0 or the order of the first
-    minor that is not positive definite (x is then NaN)."""
+    this device's); status is 0, or 7 where A is not positive definite (x is
+    then NaN)."""
     tile = _tile("potrs_shardmap_ctx", a, T_A, pad)
     x, info = potrs(a, b, tile_size=tile, return_info=True)
-    return x, info[None]
+    return x, peer_calls.cusolver_status(info[None])
 
 
 def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
     """(a_inv, status): this device's rows of A^{-1}, all of it (where JAXMg
     returns its upper triangle, which potri_symmetrize completes: applied to
-    the whole inverse it leaves it as it is), and LAPACK's info."""
+    the whole inverse it leaves it as it is), and the status, as potrs's."""
     tile = _tile("potri_shardmap_ctx", a, T_A, pad)
     inverse, info = potri(a, tile_size=tile, return_info=True)
-    return inverse, info[None]
+    return inverse, peer_calls.cusolver_status(info[None])
 
 
 def syevd_shardmap_ctx(a, T_A, return_eigenvectors=True, pad=True):  # noqa: N803

@@ -1,0 +1,136 @@
+"""JAXMg's cyclic_1d and verify_cyclic: a row-sharded matrix's rows in the
+1-D block-cyclic layout of cuSOLVERMg, for code that lays its matrix out
+itself (jaxmg's routines do this on their own).
+
+Rows go in tiles of T_A: tile q to device q mod D, each device's tiles in
+increasing order, D the devices of a's row axis. Each device's block of s
+rows grows to s + (-s mod T_A) (zero rows last), which always holds its
+tiles. The rows move by one all-to-all inside shard_map: no device gathers
+the matrix.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import arguments, peer_calls
+
+
+def cyclic_1d(a, T_A, mesh, in_specs, pad=True):  # noqa: N803 (JAXMg's names)
+    """a's rows in the 1-D block-cyclic layout of tile T_A over the devices
+    of its row axis, sharded as a: (D * (s + padding), N) for D devices of s
+    rows each. Where T_A is s or more every row stays where it is (a comes
+    back). pad=False refuses a T_A that does not divide s rather than pad.
+    in_specs: a's PartitionSpec P(axis, None), alone or in a list or tuple.
+    a is not donated (JAXMg's is)."""
+    a = arguments.as_array(a, "a")
+    if a.ndim != 2:
+        raise ValueError(f"jaxmg.cyclic_1d takes a rank-2 matrix a, got shape {a.shape}")
+    tile = peer_calls.check_tile("cyclic_1d", T_A)
+    axis = _row_axis(in_specs)
+    devices = _axis_size(mesh, axis)
+    rows = a.shape[0]
+    if rows % devices:
+        raise ValueError(f"jaxmg.cyclic_1d: a's {rows} rows do not split over the {devices} "
+                         f"devices of axis {axis!r}; pad a to a multiple of {devices} rows")
+    per_device = rows // devices
+    if tile >= per_device:
+        return a
+    if not arguments.check_flag(pad, "pad") and per_device % tile:
+        raise ValueError(
+            f"jaxmg.cyclic_1d: with pad=False, T_A ({tile}) must divide each device's "
+            f"{per_device} rows; pass pad=True, or a T_A that divides {per_device}")
+    send, receive = _tables(devices, per_device, tile)
+    move = jax.shard_map(
+        functools.partial(_exchange, axis=axis, send=send, receive=receive),
+        mesh=mesh, in_specs=P(axis, None), out_specs=P(axis, None), check_vma=False)
+    return move(a)
+
+
+def verify_cyclic(a, a_cyclic, T_A, devices=None):  # noqa: N803
+    """Raises AssertionError unless a_cyclic is cyclic_1d's layout of a (each
+    row of a where that layout puts it); devices: how many a_cyclic's rows are
+    spread over (default: its sharding's, else jax.device_count())."""
+    if devices is None:
+        sharding = getattr(a_cyclic, "sharding", None)
+        if isinstance(sharding, NamedSharding) and len(sharding.spec) and sharding.spec[0]:
+            devices = _axis_size(sharding.mesh, sharding.spec[0])
+        else:
+            devices = jax.device_count()
+    a, a_cyclic = np.asarray(a), np.asarray(a_cyclic)
+    destination = destinations(a.shape[0], devices, T_A)
+    for row, where in enumerate(destination):
+        if not np.allclose(a[row], a_cyclic[where]):
+            raise AssertionError(f"jaxmg.verify_cyclic: row {row} of a is not row {where} of "
+                                 f"a_cyclic (tile {T_A}, {devices} devices)")
+
+
+def block_rows(per_device: int, tile: int) -> int:
+    """A device's rows in the cyclic layout: its own, up to a whole number of
+    tiles."""
+    return per_device + -per_device % tile
+
+
+def destinations(rows: int, devices: int, tile: int) -> np.ndarray:
+    """For every row of the matrix, its row in the cyclic layout. Where a tile
+    holds a device's rows or more, every row stays where it is."""
+    block = block_rows(rows // devices, tile)
+    r = np.arange(rows)
+    q = r // tile
+    return (q % devices) * block + (q // devices) * tile + r % tile
+
+
+def _row_axis(in_specs):
+    spec = in_specs
+    if isinstance(spec, (list, tuple)):
+        if len(spec) != 1:
+            raise ValueError("jaxmg.cyclic_1d: in_specs must be a's PartitionSpec, alone or as "
+                             f"the one item of a list or tuple; got {in_specs!r}")
+        spec = spec[0]
+    if not isinstance(spec, P):
+        raise TypeError(f"jaxmg.cyclic_1d: in_specs must be a PartitionSpec such as "
+                        f"P('x', None); got {in_specs!r}")
+    if len(spec) != 2 or spec[0] is None or spec[1] is not None:
+        raise ValueError(f"jaxmg.cyclic_1d lays out a matrix whose rows are sharded, "
+                         f"P(axis, None); got in_specs {spec}")
+    return spec[0]
+
+
+@functools.lru_cache(maxsize=64)
+def _tables(devices: int, per_device: int, tile: int):
+    """send[s]: for each receiving device and slot, s's local row (per_device
+    = a zero row); receive[e]: for each row of e's block, its place in the
+    (sender, slot) messages (one past them: a zero row)."""
+    block = block_rows(per_device, tile)
+    destination = destinations(devices * per_device, devices, tile).reshape(devices, -1)
+    owner = destination // block
+    counts = np.stack([np.bincount(o, minlength=devices) for o in owner])
+    slots = int(counts.max())
+    send = np.full((devices, devices, slots), per_device, np.int32)
+    receive = np.full((devices, block), devices * slots, np.int32)
+    for s in range(devices):
+        for e in range(devices):
+            local = np.flatnonzero(owner[s] == e)
+            send[s, e, :local.size] = local
+            receive[e, destination[s, local] - e * block] = s * slots + np.arange(local.size)
+    return send, receive
+
+
+def _exchange(block, *, axis, send, receive):
+    me = jax.lax.axis_index(axis)
+    padded = jnp.concatenate([block, jnp.zeros_like(block[:1])])
+    outgoing = padded[jnp.asarray(send)[me]]
+    incoming = jax.lax.all_to_all(outgoing, axis, 0, 0, tiled=True)
+    incoming = incoming.reshape(-1, block.shape[1])
+    incoming = jnp.concatenate([incoming, jnp.zeros_like(block[:1])])
+    return incoming[jnp.asarray(receive)[me]]
+
+
+def _axis_size(mesh, axis) -> int:
+    return int(np.prod([mesh.shape[name] for name in (axis if isinstance(axis, tuple) else (axis,))]))
