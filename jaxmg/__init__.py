@@ -33,7 +33,7 @@ from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
 from jaxmg._src.triangular import solve_triangular
 from jaxmg._src.lu import LUFactor, lu, lu_factor, lu_solve
 from jaxmg._src.polar import gesvd, polar, svd
-from jaxmg._src.row_cyclic import cyclic_1d, verify_cyclic
+from jaxmg._src.row_cyclic import cyclic_1d, plot_block_to_cyclic, verify_cyclic
 from jaxmg._src.shardmap_ctx import (
     potri_shardmap_ctx,
     potri_symmetrize,
@@ -72,6 +72,7 @@ __all__ = [
     "matrix_rank",
     "norm",
     "pinv",
+    "plot_block_to_cyclic",
     "polar",
     "potri",
     "potri_shardmap_ctx",

@@ -89,3 +89,20 @@ def test_bad_arguments_are_refused_naming_them(rng):
         jaxmg.cyclic_1d(np.ones(8), 2, mesh, SPEC)
     with pytest.raises(ValueError, match="do not split"):
         jaxmg.cyclic_1d(np.ones((10, 10)), 2, mesh, SPEC)
+
+
+def test_plot_block_to_cyclic_draws_each_rows_device():
+    pytest.importorskip("matplotlib", reason="plot_block_to_cyclic draws with matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    fig, axs = jaxmg.plot_block_to_cyclic(100, 7, 4)
+    before, after = (ax.get_images()[0].get_array() for ax in axs)
+    assert before.shape == after.shape == (8, 100)
+    np.testing.assert_array_equal(before[0], np.arange(100) // 25)
+    np.testing.assert_array_equal(after[0], np.arange(100) // 7 % 4)
+    _, axs = jaxmg.plot_block_to_cyclic(8, 3, 4, N_rows=2)  # a tile holds a block: no move
+    np.testing.assert_array_equal(axs[1].get_images()[0].get_array()[1], np.arange(8) // 2)
+    with pytest.raises(ValueError, match="multiple of ndev"):
+        jaxmg.plot_block_to_cyclic(10, 2, 4)
+    matplotlib.pyplot.close("all")

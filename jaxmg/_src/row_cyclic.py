@@ -1,6 +1,6 @@
-"""JAXMg's cyclic_1d and verify_cyclic: a row-sharded matrix's rows in the
-1-D block-cyclic layout of cuSOLVERMg, for code that lays its matrix out
-itself (jaxmg's routines do this on their own).
+"""JAXMg's cyclic_1d, verify_cyclic and plot_block_to_cyclic: a row-sharded
+matrix's rows in the 1-D block-cyclic layout of cuSOLVERMg, for code that
+lays its matrix out itself (jaxmg's routines do this on their own).
 
 Rows go in tiles of T_A: tile q to device q mod D, each device's tiles in
 increasing order, D the devices of a's row axis. Each device's block of s
@@ -69,6 +69,40 @@ def verify_cyclic(a, a_cyclic, T_A, devices=None):  # noqa: N803
         if not np.allclose(a[row], a_cyclic[where]):
             raise AssertionError(f"jaxmg.verify_cyclic: row {row} of a is not row {where} of "
                                  f"a_cyclic (tile {T_A}, {devices} devices)")
+
+
+def plot_block_to_cyclic(N, T_A, ndev, N_rows=8):  # noqa: N803 (JAXMg's names)
+    """(fig, axs): the device that holds each of the N rows of a matrix, drawn
+    as a band N_rows high: axs[0] in JAX's row sharding over ndev devices,
+    axs[1] in cyclic_1d's layout of tile T_A. Needs matplotlib."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    tile = peer_calls.check_tile("plot_block_to_cyclic", T_A)
+    if isinstance(ndev, bool) or not isinstance(ndev, (int, np.integer)) or ndev < 1:
+        raise ValueError(f"jaxmg.plot_block_to_cyclic: ndev must be a positive int, got {ndev!r}")
+    if isinstance(N, bool) or not isinstance(N, (int, np.integer)) or N < ndev or N % ndev:
+        raise ValueError(f"jaxmg.plot_block_to_cyclic: N must be a positive multiple of ndev "
+                         f"({ndev}), got {N!r}")
+    per_device = N // ndev
+    rows = np.arange(N)
+    cyclic = tile < per_device
+    block = block_rows(per_device, tile) if cyclic else per_device
+    colours = ListedColormap([plt.cm.tab20(d % 20) for d in range(ndev)])
+    fig, axs = plt.subplots(2, 1, figsize=(8, 5), constrained_layout=True)
+    for ax, owner, title in (
+            (axs[0], rows // per_device, f"row sharding: {per_device} rows a device"),
+            (axs[1], rows // tile % ndev if cyclic else rows // per_device,
+             f"1-D block-cyclic, tile {tile} (blocks of {block} rows, zeros after a device's own)")):
+        ax.imshow(np.tile(owner, (N_rows, 1)), aspect="auto", interpolation="nearest",
+                  cmap=colours, vmin=-0.5, vmax=ndev - 0.5)
+        ax.set_title(title)
+        ax.set_xlabel("row of the matrix")
+        ax.set_yticks([])
+    fig.legend(handles=[Patch(facecolor=colours(d), label=f"device {d}") for d in range(ndev)],
+               loc="outside right center")
+    return fig, axs
 
 
 def block_rows(per_device: int, tile: int) -> int:
