@@ -348,3 +348,27 @@ def test_cholesky_status_is_jaxmgs_in_every_peer_form(mesh):
         assert int(status) == 7 and np.isnan(np.asarray(x)).all()
     _, status = jaxmg.potri(helpers.rows(np.eye(N), mesh), 2, mesh, (SPEC,), True)
     assert int(status) == 0
+
+
+@pytest.mark.parametrize("jitted", [True, False])
+def test_inside_shard_map_the_gpus_come_from_its_mesh_without_set_mesh(jitted):
+    """JAXMg's shard_map routines take no mesh; on GPUs the call needs the
+    devices of its rows' axes, in order: those of the mesh given to
+    jax.shard_map (none set with jax.set_mesh), in any device order."""
+    from jaxmg._src import placement
+
+    devices = helpers.devices(4)[::-1]
+    for shape, names, axis in [((4,), ("x",), "x"), ((2, 2), ("x", "y"), ("x", "y"))]:
+        mesh = jax.make_mesh(shape, names, devices=devices)
+        seen = []
+
+        def body(block):
+            here = placement.Placement(jax.sharding.get_abstract_mesh(), axis, True)
+            seen.append(placement.axis_devices(here, "in this test"))
+            return block
+
+        spec = P(axis, None)
+        call = jax.shard_map(body, mesh=mesh, in_specs=spec, out_specs=spec)
+        (jax.jit(call) if jitted else call)(helpers.rows(np.ones((8, 2)), mesh, axis))
+        assert [d.id for d in seen[-1]] == [d.id for d in mesh.devices.reshape(-1)]
+        assert [d.id for d in seen[-1]] != [d.id for d in jax.devices()[:4]]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import sys
 
 import jax
 import numpy as np
@@ -392,12 +393,30 @@ _PLATFORMS = {"cpu": "cpu", "gpu": "cuda", "cuda": "cuda"}
 
 def concrete_mesh(placement: Placement):
     """The concrete Mesh of the call: given, or (inside shard_map, where only
-    an AbstractMesh is visible) the one set with `jax.set_mesh`."""
+    an AbstractMesh is visible) the one set with `jax.set_mesh`, else the one
+    the enclosing shard_map was given."""
     if placement.mesh is None:
         return None
     if isinstance(placement.mesh, Mesh):
         return placement.mesh
-    return context_concrete_mesh()
+    return context_concrete_mesh() or _enclosing_shard_map_mesh(placement.mesh)
+
+
+def _enclosing_shard_map_mesh(abstract):
+    """The Mesh passed to the jax.shard_map being traced, whose AbstractMesh
+    is `abstract`: under jit JAX keeps it only as its staging code's local
+    `mesh` (it reaches the lowering, not the context). JAXMg's routines for
+    the inside of shard_map take no mesh, and the GPUs' numbers come from it.
+    None where no such frame holds a mesh of abstract's axes and sizes."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals.get("__name__") == "jax._src.shard_map":
+            mesh = frame.f_locals.get("mesh")
+            if (isinstance(mesh, Mesh) and mesh.axis_names == abstract.axis_names
+                    and tuple(mesh.axis_sizes) == tuple(abstract.axis_sizes)):
+                return mesh
+        frame = frame.f_back
+    return None
 
 
 def platform_of(placement: Placement) -> str:
