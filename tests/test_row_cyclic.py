@@ -77,6 +77,9 @@ def test_bad_arguments_are_refused_naming_them(rng):
         jaxmg.cyclic_1d(a, 2, mesh, SPEC, pad=False)
     np.testing.assert_array_equal(np.asarray(jaxmg.cyclic_1d(a, 3, mesh, SPEC, pad=False)),
                                   tile_by_tile(np.asarray(a), 4, 3))
+    unplaced = np.asarray(a)  # a NumPy array: placed on the mesh first
+    np.testing.assert_array_equal(np.asarray(jaxmg.cyclic_1d(unplaced, 2, mesh, SPEC)),
+                                  tile_by_tile(unplaced, 4, 2))
     with pytest.raises(TypeError, match="in_specs"):
         jaxmg.cyclic_1d(a, 2, mesh, "x")
     with pytest.raises(ValueError, match="in_specs"):

@@ -46,6 +46,8 @@ def cyclic_1d(a, T_A, mesh, in_specs, pad=True):  # noqa: N803 (JAXMg's names)
         raise ValueError(
             f"jaxmg.cyclic_1d: with pad=False, T_A ({tile}) must divide each device's "
             f"{per_device} rows; pass pad=True, or a T_A that divides {per_device}")
+    if not isinstance(a, jax.core.Tracer):
+        a = jax.device_put(a, NamedSharding(mesh, P(axis, None)))
     send, receive = _tables(devices, per_device, tile)
     move = jax.shard_map(
         functools.partial(_exchange, axis=axis, send=send, receive=receive),
