@@ -20,6 +20,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, peer_calls
+from jaxmg._src.placement import Placement
 
 
 def cyclic_1d(a, T_A, mesh, in_specs, pad=True):  # noqa: N803 (JAXMg's names)
@@ -34,7 +35,7 @@ def cyclic_1d(a, T_A, mesh, in_specs, pad=True):  # noqa: N803 (JAXMg's names)
         raise ValueError(f"jaxmg.cyclic_1d takes a rank-2 matrix a, got shape {a.shape}")
     tile = peer_calls.check_tile("cyclic_1d", T_A)
     axis = _row_axis(in_specs)
-    devices = _axis_size(mesh, axis)
+    devices = Placement(mesh, axis, manual=False).n_devices
     rows = a.shape[0]
     if rows % devices:
         raise ValueError(f"jaxmg.cyclic_1d: a's {rows} rows do not split over the {devices} "
@@ -62,7 +63,7 @@ def verify_cyclic(a, a_cyclic, T_A, devices=None):  # noqa: N803
     if devices is None:
         sharding = getattr(a_cyclic, "sharding", None)
         if isinstance(sharding, NamedSharding) and len(sharding.spec) and sharding.spec[0]:
-            devices = _axis_size(sharding.mesh, sharding.spec[0])
+            devices = Placement(sharding.mesh, sharding.spec[0], manual=False).n_devices
         else:
             devices = jax.device_count()
     a, a_cyclic = np.asarray(a), np.asarray(a_cyclic)
@@ -123,18 +124,12 @@ def destinations(rows: int, devices: int, tile: int) -> np.ndarray:
 
 
 def _row_axis(in_specs):
-    spec = in_specs
-    if isinstance(spec, (list, tuple)):
-        if len(spec) != 1:
-            raise ValueError("jaxmg.cyclic_1d: in_specs must be a's PartitionSpec, alone or as "
-                             f"the one item of a list or tuple; got {in_specs!r}")
-        spec = spec[0]
-    if not isinstance(spec, P):
-        raise TypeError(f"jaxmg.cyclic_1d: in_specs must be a PartitionSpec such as "
-                        f"P('x', None); got {in_specs!r}")
-    if len(spec) != 2 or spec[0] is None or spec[1] is not None:
+    """The row axis of a's spec, read as JAXMg's in_specs (alone or in a list
+    or tuple of one)."""
+    spec = peer_calls.spec_of_a("cyclic_1d", None, in_specs)
+    if not isinstance(spec, P) or len(spec) != 2 or spec[0] is None or spec[1] is not None:
         raise ValueError(f"jaxmg.cyclic_1d lays out a matrix whose rows are sharded, "
-                         f"P(axis, None); got in_specs {spec}")
+                         f"P(axis, None); got in_specs {in_specs!r}")
     return spec[0]
 
 
@@ -167,6 +162,3 @@ def _exchange(block, *, axis, send, receive):
     incoming = jnp.concatenate([incoming, jnp.zeros_like(block[:1])])
     return incoming[jnp.asarray(receive)[me]]
 
-
-def _axis_size(mesh, axis) -> int:
-    return int(np.prod([mesh.shape[name] for name in (axis if isinstance(axis, tuple) else (axis,))]))

@@ -5,10 +5,10 @@ names: ``potrs_shardmap_ctx(a, b, T_A)``, ``potri_shardmap_ctx(a, T_A)``,
 device's row block of a there; these return what that package's do, the
 status last as an int32 vector of one (so that an out_spec of P(None) fits
 it): potrs's and potri's as JAXMg's (7 where A is not positive definite),
-syevd's LAPACK's info. A block cannot be padded there, so with pad=True (JAXMg's default,
-which pads the block to a multiple of T_A) the tile is the largest divisor
-of the block's rows up to T_A; with pad=False T_A must divide them, as that
-package requires.
+syevd's LAPACK's info. A block cannot be padded there, so with pad=True
+(JAXMg's default, which pads the block to a multiple of T_A) the tile is the
+largest divisor of the block's rows up to T_A; with pad=False T_A must
+divide them, as that package requires.
 """
 
 from __future__ import annotations
