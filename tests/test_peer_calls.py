@@ -239,6 +239,38 @@ def test_refused_in_their_words(mesh, spd, routine, case):
         call(getattr(jaxmg, routine), spd[1], b)
 
 
+
+
+IN_0_0_8_TERMS = {  # JAXMg 0.0.8 asserted these; its interface tests expect its types and words
+    "potrs vector a": (lambda a, b, m: jaxmg.potrs(np.ones(N), b, 1, m, (SPEC,)),
+                       (ValueError, AssertionError, IndexError), "a must be a 2D array"),
+    "potri vector a": (lambda a, b, m: jaxmg.potri(np.ones(N), T_A=1, mesh=m, in_specs=SPEC),
+                       (ValueError, AssertionError), "a must be a 2D array"),
+    "syevd vector a": (lambda a, b, m: jaxmg.syevd(np.ones(N), 4, m, (SPEC,)),
+                       (ValueError, AssertionError), "a must be a 2D array"),
+    "rows of b": (lambda a, b, m: jaxmg.potrs(a, b[:3], 1, m, (SPEC, P(None, None))),
+                  (ValueError, AssertionError), "A and b must have the same number of columns"),
+    "potri two specs": (lambda a, b, m: jaxmg.potri(a, T_A=1, mesh=m, in_specs=(SPEC, SPEC)),
+                        (ValueError,), "in_specs must be a single PartitionSpec"),
+    "syevd two specs": (lambda a, b, m: jaxmg.syevd(a, 4, m, (SPEC, SPEC)), (ValueError,),
+                        "in_specs must be a single PartitionSpec or a 1-element list/tuple"),
+    "potri no spec": (lambda a, b, m: jaxmg.potri(a, T_A=1, mesh=m, in_specs="x"), (TypeError,),
+                      "in_specs must be a PartitionSpec"),
+    "syevd no spec": (lambda a, b, m: jaxmg.syevd(a, 4, m, 12345), (TypeError,),
+                      "in_specs must be a PartitionSpec or a 1-element list/tuple containing one"),
+}
+
+
+@pytest.mark.parametrize("case", list(IN_0_0_8_TERMS))
+def test_refused_as_jaxmg_0_0_8_refused(mesh, spd, case):
+    """Each refusal is an instance of every type listed (jaxmg's ValueError
+    and 0.0.8's AssertionError, IndexError for potrs's vector a) and says
+    what 0.0.8 said."""
+    call, types, words = IN_0_0_8_TERMS[case]
+    b = helpers.replicated(np.ones((N, 1)), mesh)
+    for kind in types:
+        with pytest.raises(kind, match=words):
+            call(spd[1], b, mesh)
 # ---- JAXMg's routines for the inside of the caller's shard_map ---------------
 
 def inside(mesh, body, in_specs, out_specs):

@@ -37,6 +37,17 @@ _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
          "return_eigenvectors": "compute_vectors", "mesh": "mesh", "donate": "donate"}
 
 
+class ShapeRefused(ValueError, AssertionError):
+    """a or b of a rank or shape JAXMg refuses: the ValueError its 1.x releases
+    raise, and the AssertionError of 0.0.8's asserts, which code written for
+    either may catch."""
+
+
+class VectorMatrixRefused(ShapeRefused, IndexError):
+    """A vector a given to potrs: also the IndexError 0.0.8's potrs raises
+    there, reading a.shape[1] before its rank check."""
+
+
 class SpecifiedTwice(TypeError, ValueError):
     """matrix_specs and in_specs both given: a TypeError as Python's own for an
     argument given twice, and the ValueError JAXMg raises for it."""
@@ -124,9 +135,11 @@ def check_arrays(routine: str, a, b=None):
     b = None if b is None else arguments.as_array(b, "b")
     what = f"jaxmg.{routine} (JAXMg's call form)"
     if a.ndim != 2:
-        raise ValueError(f"{what} expects a rank-2 matrix A, got shape {a.shape}")
+        refused = VectorMatrixRefused if routine == "potrs" and a.ndim == 1 else ShapeRefused
+        raise refused(f"{what} expects a rank-2 matrix A (a must be a 2D array), got shape "
+                      f"{a.shape}")
     if b is not None and b.ndim not in (1, 2):
-        raise ValueError(f"{what} expects a rank-1 or rank-2 RHS B, got shape {b.shape}")
+        raise ShapeRefused(f"{what} expects a rank-1 or rank-2 RHS B, got shape {b.shape}")
     if b is not None and a.dtype != b.dtype:
         raise TypeError(f"{what} requires matching A/B dtypes, got {a.dtype} and {b.dtype}; "
                         "cast b with b.astype(a.dtype)")
@@ -138,8 +151,9 @@ def check_arrays(routine: str, a, b=None):
         raise ValueError(f"{what} expects A to be square, got shape {a.shape}")
     rows = (a.shape[0], a.shape[1]) if local else (a.shape[0],)  # b: its rows or all of them
     if b is not None and b.shape[0] not in rows:
-        raise ValueError(f"{what}: A and B must have matching leading dimensions, got "
-                         f"{a.shape} and {b.shape}")
+        raise ShapeRefused(f"{what}: A and B must have matching leading dimensions (A and b "
+                           f"must have the same number of columns (A's) as rows (b's)), got "
+                           f"{a.shape} and {b.shape}")
     return a, b
 
 
@@ -195,13 +209,15 @@ def _spec_of_a(routine: str, in_specs):
     if isinstance(in_specs, P) or in_specs is None:
         return in_specs
     most = 2 if routine == "potrs" else 1
+    if most == 2:
+        sequence, held = "a list/tuple of one or two", "a's spec, e.g. P('x', None), then b's"
+    else:
+        sequence, held = "a 1-element list/tuple", "a's spec, e.g. P('x', None)"
     if not isinstance(in_specs, (list, tuple)):
-        raise TypeError(
-            f"jaxmg.{routine}: in_specs must be a's PartitionSpec, e.g. P('x', None), or a "
-            f"list or tuple of {'one or two' if most == 2 else 'one'}; got {in_specs!r}")
+        contents = "" if most == 2 else " containing one"
+        raise TypeError(f"jaxmg.{routine}: in_specs must be a PartitionSpec or {sequence}"
+                        f"{contents} ({held}); got {in_specs!r}")
     if not 1 <= len(in_specs) <= most or not all(isinstance(p, P) for p in in_specs):
-        what = "a's PartitionSpec, then optionally b's" if most == 2 else "a's PartitionSpec"
-        raise ValueError(
-            f"jaxmg.{routine}: in_specs must hold {what}, e.g. (P('x', None),); "
-            f"got {in_specs!r}")
+        raise ValueError(f"jaxmg.{routine}: in_specs must be a single PartitionSpec or "
+                         f"{sequence} ({held}); got {in_specs!r}")
     return in_specs[0]
