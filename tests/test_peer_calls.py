@@ -321,6 +321,26 @@ def test_shardmap_ctx_reports_a_matrix_that_is_not_positive_definite(mesh):
     assert int(status[0]) == 7 and np.isnan(np.asarray(inverse)).all()
 
 
+def test_shardmap_ctx_routines_take_a_matrix_of_order_0(mesh):
+    """N = 0 inside shard_map (JAXMg's multi-process runner makes one when it
+    counts no GPUs): empty results and status 0, as jax.scipy gives."""
+    a = jax.device_put(np.zeros((0, 0)), jax.NamedSharding(mesh, SPEC))
+    b = helpers.replicated(np.zeros((0, 2)), mesh)
+    x, status = inside(mesh, functools.partial(jaxmg.potrs_shardmap_ctx, T_A=2),
+                       (SPEC, P(None, None)), (P(None, None), P(None)))(a, b)
+    assert x.shape == (0, 2) and np.asarray(status).tolist() == [0]
+    inverse, status = inside(mesh, functools.partial(jaxmg.potri_shardmap_ctx, T_A=2),
+                             (SPEC,), (SPEC, P(None)))(a)
+    assert inverse.shape == (0, 0) and not np.asarray(status).any()
+    w, vh, status = inside(mesh, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=2),
+                           (SPEC,), (P(None), SPEC, P(None)))(a)
+    assert w.shape == (0,) and w.dtype == np.float64 and vh.shape == (0, 0)
+    assert not np.asarray(status).any()
+    x, status = inside(mesh, lambda a, b: jaxmg.potrs(a, b, 4, return_status=True),
+                       (SPEC, P(None, None)), (P(None, None), P()))(a, b)
+    assert x.shape == (0, 2) and int(status) == 0
+
+
 def test_potrs_in_jaxmgs_call_form_takes_a_row_block_and_all_of_b_inside_shard_map(rng, mesh):
     a = helpers.spd(rng, N, np.float64)
     b = helpers.random_matrix(rng, N, np.float64, 1)

@@ -92,6 +92,25 @@ class Native(base.Engine):
             w, v = jnp.linalg.eigvalsh(a, UPLO="L", symmetrize_input=False), None
         return w, v, _failed(w)
 
+    # Inside shard_map dispatch sends only an order-0 matrix here: its
+    # results are empty, and nothing fails.
+    def potrs_blocks(self, a, b, placement, tile):
+        self._check_empty(a, "potrs")
+        return b, jnp.int32(0)
+
+    def potri_blocks(self, a, placement, tile):
+        self._check_empty(a, "potri")
+        return a, jnp.int32(0)
+
+    def syevd_blocks(self, a, placement, tile, vectors):
+        self._check_empty(a, "syevd")
+        w = jnp.zeros((0,), jnp.finfo(a.dtype).dtype)
+        return w, (a if vectors else None), jnp.int32(0)
+
+    def _check_empty(self, a, routine):
+        if a.shape[1] != 0:
+            raise self.missing(f"{routine} inside shard_map of a matrix of order {a.shape[1]}")
+
     def qr(self, a, placement):
         q, r = jnp.linalg.qr(_whole(a, placement), mode="reduced")
         return q, r, jnp.int32(0)
