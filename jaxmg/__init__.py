@@ -35,6 +35,8 @@ from jaxmg._src.lu import LUFactor, lu, lu_factor, lu_solve
 from jaxmg._src.polar import gesvd, polar, svd
 from jaxmg._src.row_cyclic import cyclic_1d, plot_block_to_cyclic, verify_cyclic
 from jaxmg._src.shardmap_ctx import (
+    gesvd_shardmap_ctx,
+    lu_solve_shardmap_ctx,
     potri_shardmap_ctx,
     potri_symmetrize,
     potrs_shardmap_ctx,
@@ -62,11 +64,13 @@ __all__ = [
     "expm",
     "expm_frechet",
     "gesvd",
+    "gesvd_shardmap_ctx",
     "inv",
     "lstsq",
     "lu",
     "lu_factor",
     "lu_solve",
+    "lu_solve_shardmap_ctx",
     "matrix_norm",
     "matrix_power",
     "matrix_rank",

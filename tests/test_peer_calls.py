@@ -424,3 +424,58 @@ def test_inside_shard_map_the_gpus_come_from_its_mesh_without_set_mesh(jitted):
         (jax.jit(call) if jitted else call)(helpers.rows(np.ones((8, 2)), mesh, axis))
         assert [d.id for d in seen[-1]] == [d.id for d in mesh.devices.reshape(-1)]
         assert [d.id for d in seen[-1]] != [d.id for d in jax.devices()[:4]]
+
+
+# ---- JAXMg 1.x's *_shardmap_ctx: outside shard_map, under the caller's jit ----
+
+def test_shardmap_ctx_routines_outside_shard_map_are_jaxmg_1x_forms(rng, mesh):
+    """Called under the caller's jit with mesh and matrix_specs, as JAXMg 1.x's
+    are: a_work (a itself) first, the status (a vector of one) last, the
+    results between right; a donated by that jit."""
+    a = helpers.spd(rng, N, np.float64)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    rows, whole = helpers.rows(a, mesh), helpers.replicated(b, mesh)
+    potrs_ctx = jax.jit(lambda a, b: jaxmg.potrs_shardmap_ctx(a, b, 4, mesh, SPEC),
+                        donate_argnums=0)
+    a_work, x, status = potrs_ctx(rows.copy(), whole)
+    np.testing.assert_array_equal(np.asarray(a_work), a)
+    assert status.shape == (1,) and int(status[0]) == 0
+    assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+    _, x, logdet, status = jax.jit(lambda a, b: jaxmg.potrs_shardmap_ctx(
+        a, b, 4, mesh, matrix_specs=SPEC, return_logdet=True))(rows, whole)
+    np.testing.assert_allclose(float(logdet), np.linalg.slogdet(a)[1], rtol=1e-12)
+    _, w, v, status = jax.jit(lambda a: jaxmg.syevd_shardmap_ctx(a, 4, mesh, SPEC))(rows)
+    np.testing.assert_allclose(a @ np.asarray(v), np.asarray(v) * np.asarray(w), atol=1e-9 * N)
+    _, w_alone, status = jaxmg.syevd_shardmap_ctx(rows, 4, mesh, in_specs=(SPEC,),
+                                                  return_eigenvectors=False)
+    np.testing.assert_allclose(np.asarray(w_alone), np.asarray(w), rtol=1e-12)
+    general = a + np.triu(rng.standard_normal((N, N)), 1)
+    _, x, status = jax.jit(lambda a, b: jaxmg.lu_solve_shardmap_ctx(a, b, 4, mesh, SPEC))(
+        helpers.rows(general, mesh), whole)
+    assert int(status[0]) == 0
+    assert helpers.residual(general, x, b) <= helpers.tolerance(np.float64, N, 100.0)
+    a_work, u, s, vh, status = jaxmg.gesvd_shardmap_ctx(rows, 4, mesh, SPEC)
+    np.testing.assert_allclose(np.asarray(s), np.linalg.svd(a, compute_uv=False), rtol=1e-10)
+    np.testing.assert_allclose(np.asarray(u) * np.asarray(s) @ np.asarray(vh), a, atol=1e-9 * N)
+    a_work, s_alone, status = jaxmg.gesvd_shardmap_ctx(rows, 4, mesh, SPEC, compute_u=False,
+                                                       compute_vh=False)
+    assert s_alone.shape == (N,) and status.shape == (1,)
+
+
+def test_shardmap_ctx_status_outside_shard_map_reports_failure(mesh):
+    a = np.diag(np.arange(N, dtype=np.float64) - 1)  # not positive definite
+    _, x, status = jaxmg.potrs_shardmap_ctx(helpers.rows(a, mesh),
+                                            helpers.replicated(np.ones((N, 1)), mesh), 2, mesh,
+                                            SPEC)
+    assert int(status[0]) == 7 and np.isnan(np.asarray(x)).all()
+
+
+def test_jaxmg_1x_shardmap_ctx_refused_inside_shard_map(mesh):
+    body = lambda a, b: jaxmg.lu_solve_shardmap_ctx(a, b, 2)  # noqa: E731
+    with pytest.raises(ValueError, match="outside jax.shard_map"):
+        inside(mesh, body, (SPEC, P(None, None)), P(None, None))(
+            helpers.rows(np.eye(N), mesh), helpers.replicated(np.ones((N, 1)), mesh))
+    with pytest.raises(TypeError, match="matrix_specs and in_specs"):
+        jaxmg.potrs_shardmap_ctx(helpers.rows(np.eye(N), mesh),
+                                 helpers.replicated(np.ones((N, 1)), mesh), 2, mesh, SPEC,
+                                 in_specs=SPEC)

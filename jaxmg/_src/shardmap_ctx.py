@@ -1,52 +1,121 @@
-"""JAXMg's routines for the inside of the caller's shard_map, under their
-names: ``potrs_shardmap_ctx(a, b, T_A)``, ``potri_shardmap_ctx(a, T_A)``,
-``syevd_shardmap_ctx(a, T_A, return_eigenvectors=True)`` and
-``potri_symmetrize``. jaxmg's own potrs, potri and syevd already take this
-device's row block of a there; these return what that package's do, the
-status last as an int32 vector of one (so that an out_spec of P(None) fits
-it): potrs's and potri's as JAXMg's (7 where A is not positive definite),
-syevd's LAPACK's info. A block cannot be padded there, so with pad=True
-(JAXMg's default, which pads the block to a multiple of T_A) the tile is the
-largest divisor of the block's rows up to T_A; with pad=False T_A must
-divide them, as that package requires.
+"""JAXMg's ``*_shardmap_ctx`` routines, under their names, in both of that
+package's meanings.
+
+Inside the caller's shard_map (its 0.0.8 release): ``potrs_shardmap_ctx(a, b,
+T_A)``, ``potri_shardmap_ctx(a, T_A)``, ``syevd_shardmap_ctx(a, T_A,
+return_eigenvectors=True)`` and ``potri_symmetrize``. jaxmg's own potrs, potri
+and syevd already take this device's row block of a there; these return what
+that package's do, the status last as an int32 vector of one (so that an
+out_spec of P(None) fits it): potrs's and potri's as JAXMg's (7 where A is not
+positive definite), syevd's LAPACK's info. A block cannot be padded there, so
+with pad=True (JAXMg's default, which pads the block to a multiple of T_A) the
+tile is the largest divisor of the block's rows up to T_A; with pad=False T_A
+must divide them, as that package requires.
+
+Outside shard_map, under the caller's jit (its 1.x releases, which also name
+``gesvd_shardmap_ctx`` and ``lu_solve_shardmap_ctx``): the call form of the
+routine of the same name with its mesh and ``matrix_specs``, returning the
+matrix's work buffer first (``a_work``, which JAXMg returns so that the
+caller's jit can donate a into it) and the status last, always. jaxmg leaves a
+intact, so a_work is a itself.
 """
 
 from __future__ import annotations
 
 import jax.numpy as jnp
 
+import jax
+
 from jaxmg._src import arguments, peer_calls, sharding
 from jaxmg._src.cholesky import potri, potrs
 from jaxmg._src.eigh import syevd
 from jaxmg._src.engines import mg
+from jaxmg._src.lu import lu_solve
+from jaxmg._src.polar import gesvd
 
 
-def potrs_shardmap_ctx(a, b, T_A, pad=True):  # noqa: N803 (JAXMg's names)
-    """(x, status): x solves A x = b on every device (b: all of its rows, or
-    this device's); status is 0, or 7 where A is not positive definite (x is
-    then NaN)."""
+def potrs_shardmap_ctx(a, b, T_A, *args, **kwargs):  # noqa: N803 (JAXMg's names)
+    """Inside shard_map, ``(a, b, T_A, pad=True)``: (x, status), x solving
+    A x = b on every device (b: all of its rows, or this device's); status
+    is 0, or 7 where A is not positive definite (x is then NaN). Outside,
+    ``(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,
+    return_logdet=False, pad=True)``: (a_work, x, status), or (a_work, x,
+    logdet, status)."""
+    if _inside_shard_map():
+        return _potrs_in_block(a, b, T_A, *args, **kwargs)
+    return _potrs_whole(a, b, T_A, *args, **kwargs)
+
+
+def _potrs_in_block(a, b, T_A, pad=True):  # noqa: N803
     tile = _tile("potrs_shardmap_ctx", a, T_A, pad)
     x, info = potrs(a, b, tile_size=tile, return_info=True)
     return x, peer_calls.cusolver_status(info[None])
 
 
+def _potrs_whole(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
+                 return_logdet=False, pad=True):
+    *out, status = potrs(a, b, T_A, mesh, return_logdet=return_logdet, pad=pad,
+                         return_status=True, **_specs(matrix_specs, in_specs))
+    return a, *out, status[None]
+
+
 def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
     """(a_inv, status): this device's rows of A^{-1}, all of it (where JAXMg
     returns its upper triangle, which potri_symmetrize completes: applied to
-    the whole inverse it leaves it as it is), and the status, as potrs's."""
+    the whole inverse it leaves it as it is), and the status, as potrs's
+    (JAXMg's 1.x releases have no potri)."""
     tile = _tile("potri_shardmap_ctx", a, T_A, pad)
     inverse, info = potri(a, tile_size=tile, return_info=True)
     return inverse, peer_calls.cusolver_status(info[None])
 
 
-def syevd_shardmap_ctx(a, T_A, return_eigenvectors=True, pad=True):  # noqa: N803
-    """(w, vh, status), or (w, status) without eigenvectors: all eigenvalues
-    in ascending order, this device's rows of V^H (row i of V^H is the
-    conjugate of the eigenvector of w[i]), and LAPACK's info."""
+def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803
+    """Inside shard_map, ``(a, T_A, return_eigenvectors=True, pad=True)``:
+    (w, vh, status), or (w, status) without eigenvectors: all eigenvalues in
+    ascending order, this device's rows of V^H (row i of V^H is the
+    conjugate of the eigenvector of w[i]), and LAPACK's info. Outside,
+    ``(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,
+    return_eigenvectors=True, pad=True)``: (a_work, w, v, status) with the
+    eigenvectors as v's columns, or (a_work, w, status)."""
+    if _inside_shard_map():
+        return _syevd_in_block(a, T_A, *args, **kwargs)
+    return _syevd_whole(a, T_A, *args, **kwargs)
+
+
+def _syevd_in_block(a, T_A, return_eigenvectors=True, pad=True):  # noqa: N803
     tile = _tile("syevd_shardmap_ctx", a, T_A, pad)
     vectors = arguments.check_flag(return_eigenvectors, "return_eigenvectors")
     *out, info = syevd(a, compute_vectors=vectors, tile_size=tile, return_info=True)
     return (*out, info[None])
+
+
+def _syevd_whole(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
+                 return_eigenvectors=True, pad=True):
+    *out, status = syevd(a, T_A, mesh, return_eigenvectors=return_eigenvectors, pad=pad,
+                         return_status=True, **_specs(matrix_specs, in_specs))
+    return a, *out, status[None]
+
+
+def lu_solve_shardmap_ctx(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
+                          pad=True):
+    """JAXMg 1.x's, outside shard_map: (a_work, x, status), x solving
+    A x = b by LU with partial pivoting; status 0, or LAPACK's info (U(i, i)
+    exactly zero: x is then NaN)."""
+    _check_outside("lu_solve_shardmap_ctx")
+    x, status = lu_solve(a, b, T_A, mesh, pad=pad, return_status=True,
+                         **_specs(matrix_specs, in_specs))
+    return a, x, status[None]
+
+
+def gesvd_shardmap_ctx(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
+                       compute_u=True, compute_vh=True, full_matrices=False, pad=True):
+    """JAXMg 1.x's, outside shard_map: (a_work, u, s, vh, status), less u or
+    vh where compute_u or compute_vh is False, as jaxmg.gesvd's call form."""
+    _check_outside("gesvd_shardmap_ctx")
+    *out, status = gesvd(a, T_A, mesh, compute_u=compute_u, compute_vh=compute_vh,
+                         full_matrices=full_matrices, pad=pad, return_status=True,
+                         **_specs(matrix_specs, in_specs))
+    return a, *out, status[None]
 
 
 def potri_symmetrize(a):
@@ -64,3 +133,20 @@ def _tile(routine: str, a, T_A, pad):  # noqa: N803
     if not arguments.check_flag(pad, "pad") or rows < 1:
         return tile
     return mg.largest_divisor(rows, tile)
+
+
+def _inside_shard_map() -> bool:
+    return bool(jax.sharding.get_abstract_mesh().manual_axes)
+
+
+def _check_outside(routine: str):
+    if _inside_shard_map():
+        raise ValueError(
+            f"jaxmg.{routine} is JAXMg 1.x's, which lays a out over the mesh itself: call it "
+            "outside jax.shard_map (under your jit), with mesh and matrix_specs")
+
+
+def _specs(matrix_specs, in_specs) -> dict:
+    """a's spec under the name it was given: the routines refuse both."""
+    return {name: value for name, value in (("matrix_specs", matrix_specs),
+                                            ("in_specs", in_specs)) if value is not None}
