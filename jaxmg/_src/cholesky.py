@@ -606,6 +606,9 @@ def _jax_form_jvp(layout, lower, primals, tangents):
     return c, _cholesky_tangent(c, tangents[0], layout, lower)
 
 
+TANGENT_FROM_LOWER_TRIANGLE = jax.__version_info__ >= (0, 11, 2)
+
+
 def _cholesky_tangent(c, da, layout, lower):
     """dc for the factor c (L, or U = L^H) of A = L L^H moved by dA:
     dL = L phi(L^-1 dA L^-H), phi taking the lower triangle with half its
@@ -613,8 +616,13 @@ def _cholesky_tangent(c, da, layout, lower):
     l_ = c if lower else jnp.conj(c).T
     placement = layout.placement
     # As jax.scipy.linalg.cholesky differentiates (which matters only for a
-    # tangent that is not Hermitian): the factor of M = L L^H moves with dM^H.
+    # tangent that is not Hermitian): the factor of M = L L^H moves with dM^H,
+    # which JAX from 0.11.2 first makes Hermitian from its lower triangle.
     da = sharding.constrain_result(jnp.conj(da).T, placement, layout.row_spec)
+    if TANGENT_FROM_LOWER_TRIANGLE:
+        strictly_lower = jnp.tril(da, -1)
+        diagonal = jnp.real(jnp.tril(da) - strictly_lower).astype(da.dtype)
+        da = strictly_lower + sharding.adjoint_rows(strictly_lower, placement) + diagonal
     y = triangular.triangular_solve(l_, da, placement, lower=True, trans=0, unit_diagonal=False)
     x = triangular.triangular_solve(l_, jnp.conj(y).T, placement, lower=True, trans=0,
                                     unit_diagonal=False)
