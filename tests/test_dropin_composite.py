@@ -239,6 +239,30 @@ def test_edges_as_jax():
         np.testing.assert_array_equal(np.asarray(ns_result), np.asarray(jax_result))
 
 
+@pytest.mark.parametrize("kind", ["plain", "explicit"])
+@pytest.mark.parametrize("p", [None, 2, -2, 1, np.inf, "fro"])
+def test_cond_of_a_singular_matrix_is_inf_as_numpy(kind, p):
+    """NumPy's inf (JAX from 0.11.2; 0.10 gave NaN for p None and 2), for
+    rows sharded too; a NaN entry still gives NaN."""
+    singular = np.diag(np.r_[np.arange(1.0, 12.0), 0.0])
+    x = singular if kind == "plain" else jax.device_put(
+        singular, NamedSharding(dropin.mesh(DEVICES, kind), P("x", None)))
+    assert np.asarray(mnp.cond(x, p)) == np.linalg.cond(singular, p)  # inf, or 0 for p -2
+    with_nan = singular.copy()
+    with_nan[0, 0] = np.nan
+    assert np.isnan(np.asarray(mnp.cond(with_nan, p)))
+
+
+@pytest.mark.parametrize("ord_, axis", [(np.inf, None), (-np.inf, None), (np.inf, 1), (-np.inf, 0)])
+def test_inf_norms_of_rows_sharded_with_a_nan_are_nan_as_numpy(ord_, axis):
+    """XLA's max and min across CPU devices skip NaN; the norms do not."""
+    x = _square(np.float64)
+    x[5, 3] = np.nan
+    sharded = jax.device_put(x, NamedSharding(dropin.mesh(DEVICES, "explicit"), P("x", None)))
+    np.testing.assert_array_equal(np.asarray(mnp.norm(sharded, ord_, axis)),
+                                  np.linalg.norm(x, ord_, axis))
+
+
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 @pytest.mark.parametrize("kind", ["plain", "auto", "explicit"])
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64], ids=dropin.dtype_id)

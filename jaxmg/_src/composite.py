@@ -110,8 +110,8 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None
 def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
     """The condition number of x (..., M, N) in norm p, like
     ``jnp.linalg.cond``: the ratio of the extreme singular values for p None,
-    2 or -2, else ||x||_p ||x^-1||_p (x square; inf where x^-1 does not exist
-    and x has no NaN)."""
+    2 or -2, else ||x||_p ||x^-1||_p (x square); inf where x is singular and
+    has no NaN, as NumPy (and JAX from 0.11.2; before, NaN for p None or 2)."""
     x = arguments.inexact(x, "x")
     if x.ndim < 2:
         raise ValueError("jnp.linalg.cond: input array must be at least 2D; "
@@ -122,16 +122,14 @@ def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
     options = dict(mesh=mesh, spec=spec, backend=backend)
     if p in (None, 2, -2):
         s = svdvals(x, **options)
-        if p != -2:
-            return s[..., 0] / s[..., -1]
-        r = s[..., -1] / s[..., 0]
+        r = s[..., -1] / s[..., 0] if p == -2 else s[..., 0] / s[..., -1]
     else:
         if x.shape[-1] != x.shape[-2]:
             raise ValueError(f"jnp.linalg.cond: for {p=}, array must be square; "
                              f"got arr.shape={x.shape}")
         axes = (-2, -1)
         size = norm(x, p, axes, **options)  # an unknown p is refused here, before the inverse
-        r = size * norm(linalg.inv(x, **options), p, axes, **options)
+        r = size * norm(linalg.inv(x, **options), p, axes, **options)  # NaN where x is singular
     return jnp.where(jnp.isnan(r) & ~jnp.isnan(x).any(axis=(-2, -1)), jnp.inf, r)
 
 
@@ -143,7 +141,13 @@ def norm(x, ord=None, axis=None, keepdims=False, *, mesh=None, spec=None,  # noq
     x = arguments.inexact(x, "x")
     axes = _matrix_axes(x.ndim, ord, axis)
     if axes is None or isinstance(ord, (np.ndarray, jax.Array)) or ord not in ("nuc", 2, -2):
-        return jnp.linalg.norm(x, ord, axis, keepdims)
+        y = jnp.linalg.norm(x, ord, axis, keepdims)
+        if isinstance(ord, (int, float)) and np.isinf(ord):
+            # XLA's max and min across devices (CPU devices, jax 0.10 to
+            # 0.12) skip NaN: a row-sharded NaN matrix had inf-norm 0.
+            every = tuple(range(x.ndim)) if axis is None else axis
+            y = jnp.where(jnp.isnan(x).any(axis=every, keepdims=keepdims), jnp.nan, y)
+        return y
     s = svdvals(jnp.moveaxis(x, axes, (-2, -1)), mesh=mesh, spec=spec, backend=backend)
     if ord == 2:
         y = jnp.max(s, axis=-1, initial=0)
