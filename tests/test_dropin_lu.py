@@ -175,10 +175,12 @@ def test_lu_solve_of_lu_factor(rng, case, form):
 @pytest.mark.parametrize("trans", [0, 1, 2])
 @pytest.mark.parametrize("devices, kind", [(4, "auto"), (8, "explicit"), (0, "plain")])
 def test_lu_solve_takes_jax_factor(rng, devices, kind, trans):
-    """A factor made with jax.scipy.linalg.lu_factor goes into jaxmg.lu_solve."""
+    """A factor made with jax.scipy.linalg.lu_factor goes into jaxmg.lu_solve,
+    its pivots int32 or int64 (which JAX's own lu_solve casts, from 0.11)."""
     dtype = np.complex128
     a, b = dropin.general(rng, N, dtype), dropin.random(rng, (N, K), dtype)
     lu, piv = jsl.lu_factor(jnp.asarray(a))
+    piv = piv.astype(np.int64) if trans == 1 else piv
     if kind == "plain":
         factor, b_dev = (lu, piv), jnp.asarray(b)
     else:
@@ -191,6 +193,18 @@ def test_lu_solve_takes_jax_factor(rng, devices, kind, trans):
     x = api.lu_solve(factor, b_dev, trans=trans)
     op = [a, a.T, a.conj().T][trans]
     dropin.assert_close(x, np.linalg.solve(op, b), dtype, condition=dropin.CONDITION)
+
+
+@pytest.mark.parametrize("devices", [0, 4])
+def test_lu_permute_l_under_strict_dtype_promotion(rng, devices):
+    """p @ l in l's dtype, as JAX's: no real-by-complex promotion."""
+    dtype = np.complex64
+    a = dropin.general(rng, N, dtype)
+    placed = jnp.asarray(a) if devices == 0 else dropin.place(a, ROWS, dropin.mesh(devices))
+    with jax.numpy_dtype_promotion("strict"):
+        pl, u = api.lu(placed, permute_l=True)
+    assert pl.dtype == u.dtype == dtype
+    dropin.assert_close(np.asarray(pl) @ np.asarray(u), a, dtype)
 
 
 @pytest.mark.parametrize("devices", [0, 2])

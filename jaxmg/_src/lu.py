@@ -204,7 +204,9 @@ def lu(a, permute_l=False, overwrite_a=False, check_finite=True, *, tile_size=No
     layout = dispatch.cached_layout(a, "getrf", tile_size, mesh, spec, backend)
     p, l_, u = _plu(a, layout=layout)
     if permute_l:
-        return sharding.matmul(p, l_, layout.placement, layout.row_spec), u
+        # p in l's dtype, as JAX's: a real p times a complex l is a promotion
+        # that jax.numpy_dtype_promotion("strict") refuses.
+        return sharding.matmul(p.astype(l_.dtype), l_, layout.placement, layout.row_spec), u
     return p, l_, u
 
 
@@ -284,7 +286,9 @@ def _inverse_without_gathers(a):
 def _solve_with_matrices(lu_, piv, b, placement, trans: int):
     """op(A) x = b from jax.scipy's (lu, piv) of A: P A = L U."""
     n = lu_.shape[0]
-    perm = jax.lax.linalg.lu_pivots_to_permutation(sharding.constrain(piv, placement, P()), n)
+    # int32, as JAX's own lu_solve casts them (pivots made elsewhere may be int64).
+    piv = sharding.constrain(piv.astype(jnp.int32), placement, P())
+    perm = jax.lax.linalg.lu_pivots_to_permutation(piv, n)
     tri = functools.partial(triangular.triangular_solve, lu_, placement=placement)
     if trans == 0:
         y = tri(b[perm], lower=True, trans=0, unit_diagonal=True)
