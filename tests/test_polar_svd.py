@@ -131,6 +131,32 @@ def test_svd_and_polar_under_jit(rng):
     np.testing.assert_allclose(np.asarray(u) @ np.asarray(p), a, atol=1e-12)
 
 
+@pytest.mark.parametrize("side", ["right", "left"])
+def test_polar_with_qdwh_options_is_jax_own_qdwh(rng, side):
+    """eps or max_iterations given where JAX's solver runs: JAX's QDWH with
+    them (one step leaves u far from orthonormal), as jax.scipy.linalg.polar
+    from jax 0.12 (0.10's drops max_iterations), rows sharded."""
+    m = helpers.mesh(2)
+    a = helpers.random_matrix(rng, 10, np.float64, 6)
+    a = a if side == "right" else a.T
+
+    def reference(a, **options):
+        x = a if side == "right" else a.conj().T
+        u, h, _, _ = jax.lax.linalg.qdwh(jnp.asarray(x), **options)
+        return (u, h) if side == "right" else (u.conj().T, h.conj().T)
+
+    for options in (dict(max_iterations=1), dict(eps=1e-3), dict(eps=1e-3, max_iterations=2)):
+        expected = reference(a, **options)
+        if jax.__version_info__ >= (0, 12):
+            for e, theirs in zip(expected, jax.scipy.linalg.polar(a, side=side, **options)):
+                np.testing.assert_allclose(np.asarray(e), np.asarray(theirs), atol=1e-12)
+        placed = helpers.rows(a, m)
+        for got in (jaxmg.polar(placed, side=side, backend="jax", **options),
+                    jax.jit(lambda x: jaxmg.polar(x, side=side, **options))(placed)):
+            for g, e in zip(got, expected):
+                np.testing.assert_allclose(np.asarray(g), np.asarray(e), atol=1e-12)
+            assert got[0].sharding.is_equivalent_to(NamedSharding(m, P("x", None)), 2)
+
 # --------------------------------------------------------------------------
 # The QDWH iteration, with jnp.linalg.qr as the QR
 # --------------------------------------------------------------------------

@@ -142,9 +142,11 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
       method: "qdwh" or "svd", as jax.scipy.linalg.polar. "svd" always runs
         ``jnp.linalg.svd`` on the whole matrix; "qdwh" is QDWH on the mp
         engine and the SVD on the "jax" one.
-      eps, max_iterations: jax.scipy.linalg.polar's QDWH options, accepted
-        for compatibility and not used (jaxmg's QDWH runs the steps its
-        precomputed weights need to converge to the dtype's eps).
+      eps, max_iterations: jax.scipy.linalg.polar's QDWH options. Given
+        where JAX's solver runs (the "jax" engine), that call is JAX's own
+        QDWH on the whole matrix with them, as jax.scipy.linalg.polar; the mp
+        engine's QDWH runs the steps its precomputed weights need to
+        converge to the dtype's eps, and takes neither.
       mesh, spec: as for :func:`jaxmg.potrs`.
       backend: "mp" (QDWH iterations of cuSOLVERMp QRs over the GPUs), "jax"
         (``jnp.linalg.svd`` on the whole matrix) or "auto": "mp" on a mesh of
@@ -158,13 +160,13 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
       With backend "mp" the columns of u belonging to exactly zero singular
       values of a come out zero (QDWH keeps them), not orthonormal.
     """
-    del eps, max_iterations
     if method not in POLAR_METHODS:
         raise ValueError(f"jaxmg: polar takes method in {POLAR_METHODS}, got {method!r}")
     return_info = arguments.check_flag(return_info, "return_info")
     a = arguments.inexact(a, "a")
     if batching.batched(a):
-        fn = functools.partial(polar, side=side, method=method, mesh=mesh, spec=spec,
+        fn = functools.partial(polar, side=side, method=method, eps=eps,
+                               max_iterations=max_iterations, mesh=mesh, spec=spec,
                                backend=backend, return_info=return_info)
         return batching.broadcast_map(fn, (a,), (2,))
     arguments.check_rank2(a, "a", square=False)
@@ -174,8 +176,36 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
     engine = dispatch.choose_rectangular(placement, backend, "polar")
     if method == "svd":
         engine = native.ENGINE
+    if engine is native.ENGINE and method == "qdwh" and (eps, max_iterations) != (None, None):
+        u, p = _jax_qdwh_polar(a, placement=placement, side=side, eps=eps,
+                               max_iterations=max_iterations)
+        return (u, p, jnp.int32(0)) if return_info else (u, p)
     u, p, info = _polar(a, placement=placement, engine=engine, side=side)
     return (u, p, info) if return_info else (u, p)
+
+
+@functools.partial(jax.jit, static_argnames=("placement", "side", "eps", "max_iterations"))
+def _jax_qdwh_polar(a, *, placement, side, eps, max_iterations):
+    """JAX's QDWH with its options on the whole matrix (a^H for side "left"),
+    as jax.scipy.linalg.polar runs it; inside a shard_map that gives every
+    device all of a where there is a mesh (JAX's QDWH trips over explicit
+    mesh axes). JAX 0.10's polar drops max_iterations (and its eps fails
+    there): here both count, as from 0.12."""
+
+    def whole(x):
+        x = x if side == "right" else _ct(x)
+        u, h, _, _ = jax.lax.linalg.qdwh(x, is_hermitian=False, eps=eps,
+                                         max_iterations=max_iterations)
+        return (u, h) if side == "right" else (_ct(u), _ct(h))
+
+    if placement.mesh is None:
+        return whole(a)
+    replicated = sharding.constrain(a, placement, P())
+    u, p = jax.shard_map(whole, mesh=placement.mesh, in_specs=P(), out_specs=(P(), P()),
+                         check_vma=False)(replicated)
+    rows = P(placement.axis, None)
+    return (sharding.constrain_result(u, placement, rows),
+            sharding.constrain_result(p, placement, rows))
 
 
 @functools.partial(jax.jit, static_argnames=("placement", "engine", "side"))
