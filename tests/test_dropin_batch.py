@@ -286,3 +286,31 @@ def test_batch_of_vectors_is_refused_naming_the_fix(rng):
         jnp.linalg.solve(a, b)
     with pytest.raises(ValueError, match=r"b\[\.\.\., None\]"):
         jaxmg.solve(a, b)
+
+
+RANK_PROMOTING = {  # a batch of two beside an unbatched operand, as jnp.vectorize sees them
+    "solve": lambda a, b, m: jaxmg.numpy.linalg.solve(a, b),
+    "cho_solve": lambda a, b, m: jaxmg.scipy.linalg.cho_solve(jaxmg.scipy.linalg.cho_factor(a), b),
+    "lu_solve": lambda a, b, m: jaxmg.scipy.linalg.lu_solve(jaxmg.scipy.linalg.lu_factor(a), b),
+    "solve_triangular": lambda a, b, m: jaxmg.scipy.linalg.solve_triangular(a, b),
+    "eigh with b": lambda a, b, m: jaxmg.scipy.linalg.eigh(a, m, eigvals_only=True),
+}
+
+
+@pytest.mark.parametrize("name", list(RANK_PROMOTING))
+@pytest.mark.parametrize("place", ["plain", "rows"])
+def test_rank_promotion_is_refused_or_warned_as_jax_config_says(rng, name, place):
+    """jax_numpy_rank_promotion "raise" refuses, "warn" warns, "allow" (the
+    default) broadcasts, as jnp.vectorize in JAX's own solves does."""
+    a = np.stack([dropin.spd(rng, N, np.float64)] * 2)
+    b, m = dropin.random(rng, (N, K), np.float64), dropin.spd(rng, N, np.float64)
+    if place == "rows":
+        mesh = dropin.mesh(4)
+        a, b, m = (dropin.place(a, ROWS, mesh, batched=1), dropin.place(b, REP, mesh),
+                   dropin.place(m, ROWS, mesh))
+    call = RANK_PROMOTING[name]
+    with jax.numpy_rank_promotion("raise"), pytest.raises(ValueError, match="rank promotion"):
+        call(a, b, m)
+    with jax.numpy_rank_promotion("warn"), pytest.warns(UserWarning, match="rank promotion"):
+        call(a, b, m)
+    assert np.shape(call(a, b, m))[0] == 2

@@ -31,6 +31,7 @@ def batch_map(fn, args, batch_ndims):
     for a, k in zip(args, batch_ndims):
         leaves = jax.tree.leaves(a)
         shapes.append(leaves[0].shape[:k] if leaves else ())
+    _check_rank_promotion(shapes)
     batch = jnp.broadcast_shapes(*shapes)
 
     def expand(x, k):
@@ -42,6 +43,21 @@ def batch_map(fn, args, batch_ndims):
     for _ in batch:
         mapped = jax.vmap(mapped)
     return mapped(*full)
+
+
+def _check_rank_promotion(batch_shapes):
+    """What jnp.vectorize (which JAX's solves and generalized eigh batch
+    with) does under jax_numpy_rank_promotion "warn" or "raise" when the
+    operands' batch ranks differ."""
+    mode = jax.config.jax_numpy_rank_promotion
+    if mode == "allow" or len({len(s) for s in batch_shapes}) < 2:
+        return
+    message = (f"jaxmg: operands with batch shapes {list(batch_shapes)} require rank promotion. "
+               "Set the jax_numpy_rank_promotion config option to 'allow' to disable this "
+               "message, or give the operands the same number of batch axes")
+    if mode == "raise":
+        raise ValueError(message)
+    warnings.warn(message, stacklevel=3)
 
 
 def _batch_axes_sharded_alike(args, k: int):
