@@ -318,16 +318,17 @@ def test_generalized_eigh_of_a_b_not_positive_definite(rng):
     ({"type": 4}, ValueError, "type must be 1, 2, or 3"),
     ({"type": 0, "b": "eye"}, ValueError, "type must be 1, 2, or 3"),
     ({"b": "small"}, ValueError, r"\(3, 3\)"),
+    ({"b": "vector"}, ValueError, r"argument b to eigh must have shape \[\.\.\., n, n\]"),
     ({"b": "eye", "UPLO": "U"}, ValueError, "UPLO"),
     ({"b": "eye", "symmetrize_input": False}, ValueError, "symmetrize_input"),
-], ids=["type", "type-with-b", "b-order", "UPLO", "symmetrize_input"])
+], ids=["type", "type-with-b", "b-order", "b-vector", "UPLO", "symmetrize_input"])
 def test_generalized_eigh_refuses_bad_arguments(rng, keyword, error, words):
     """A type JAX refuses (its message), a b of another order, and the
     standard problem's triangle options beside b, by name."""
     if dropin.REFERENCE:
         pytest.skip("jaxmg's own refusals")
     a = dropin.spaced(rng, N, np.float64)
-    b = {"eye": np.eye(N), "small": np.eye(3)}
+    b = {"eye": np.eye(N), "small": np.eye(3), "vector": np.ones(N)}
     keyword = {k: b.get(v, v) if isinstance(v, str) else v for k, v in keyword.items()}
     with pytest.raises(error, match=words):
         api.eigh(a, **keyword)

@@ -161,8 +161,8 @@ def _generalized(a, b, kind: int, vectors: bool, lower: bool, options: dict):
     a, b = arguments.promote((a, "a"), (b, "b"))
     for x, name in ((a, "a"), (b, "b")):
         if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
-            raise ValueError(f"jaxmg: eigh's {name} must be a square (..., N, N) matrix, got "
-                             f"shape {x.shape}")
+            raise ValueError(f"jaxmg: argument {name} to eigh must have shape [..., n, n] (a "
+                             f"square matrix, or a batch of them), got {x.shape}")
     if a.shape[-1] != b.shape[-1]:
         raise ValueError(f"jaxmg: eigh's a and b must have the same order N, got shapes "
                          f"{a.shape} and {b.shape}")
