@@ -475,6 +475,13 @@ def test_jaxmg_1x_shardmap_ctx_refused_inside_shard_map(mesh):
     with pytest.raises(ValueError, match="outside jax.shard_map"):
         inside(mesh, body, (SPEC, P(None, None)), P(None, None))(
             helpers.rows(np.eye(N), mesh), helpers.replicated(np.ones((N, 1)), mesh))
+    body = lambda a, b: jaxmg.potrs_shardmap_ctx(a, b, 2, mesh, SPEC)  # noqa: E731
+    with pytest.raises(ValueError, match="0.0.8's form"):
+        inside(mesh, body, (SPEC, P(None, None)), P(None, None))(
+            helpers.rows(np.eye(N), mesh), helpers.replicated(np.ones((N, 1)), mesh))
+    with pytest.raises(TypeError, match="fourth argument is the mesh"):
+        jaxmg.potrs_shardmap_ctx(helpers.rows(np.eye(N), mesh),
+                                 helpers.replicated(np.ones((N, 1)), mesh), 2, False)
     with pytest.raises(TypeError, match="matrix_specs and in_specs"):
         jaxmg.potrs_shardmap_ctx(helpers.rows(np.eye(N), mesh),
                                  helpers.replicated(np.ones((N, 1)), mesh), 2, mesh, SPEC,

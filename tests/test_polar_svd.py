@@ -157,6 +157,18 @@ def test_polar_with_qdwh_options_is_jax_own_qdwh(rng, side):
                 np.testing.assert_allclose(np.asarray(g), np.asarray(e), atol=1e-12)
             assert got[0].sharding.is_equivalent_to(NamedSharding(m, P("x", None)), 2)
 
+
+def test_polar_with_qdwh_options_inside_shard_map_solves_each_device_s_matrix(rng):
+    """There JAX's QDWH loop does not trace: each device's matrix is
+    factored as without the options (converged), as before they counted."""
+    m = helpers.mesh(2)
+    a = np.stack([helpers.random_matrix(rng, 8, np.float64, 4) for _ in range(2)])
+    body = lambda x: jaxmg.polar(x[0], eps=1e-3, max_iterations=1)[0][None]  # noqa: E731
+    u = jax.jit(jax.shard_map(body, mesh=m, in_specs=P("x"), out_specs=P("x")))(
+        jax.device_put(a, NamedSharding(m, P("x"))))
+    for ui, ai in zip(np.asarray(u), a):
+        np.testing.assert_allclose(ui, reference_polar(ai, "right")[0], atol=1e-10)
+
 # --------------------------------------------------------------------------
 # The QDWH iteration, with jnp.linalg.qr as the QR
 # --------------------------------------------------------------------------

@@ -57,7 +57,7 @@ def _check_rank_promotion(batch_shapes):
                "message, or give the operands the same number of batch axes")
     if mode == "raise":
         raise ValueError(message)
-    warnings.warn(message, stacklevel=3)
+    warnings.warn(message, stacklevel=_user_frame())
 
 
 def _batch_axes_sharded_alike(args, k: int):
@@ -111,7 +111,8 @@ def vector_rhs(b, a_ndim: int, n: int, routine: str) -> bool:
 
 
 def _user_frame() -> int:
-    """The stacklevel of the first caller outside jaxmg, seen from vector_rhs:
+    """The stacklevel of the first caller outside jaxmg, seen from the function
+    that warns (vector_rhs, _check_rank_promotion):
     the public routines reach it through wrappers of different depths."""
     frame, level = sys._getframe(2), 2
     while frame is not None and frame.f_globals.get("__name__", "").startswith("jaxmg."):

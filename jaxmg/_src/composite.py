@@ -142,9 +142,11 @@ def norm(x, ord=None, axis=None, keepdims=False, *, mesh=None, spec=None,  # noq
     axes = _matrix_axes(x.ndim, ord, axis)
     if axes is None or isinstance(ord, (np.ndarray, jax.Array)) or ord not in ("nuc", 2, -2):
         y = jnp.linalg.norm(x, ord, axis, keepdims)
-        if isinstance(ord, (int, float)) and np.isinf(ord):
+        if isinstance(ord, (int, float, np.number)) and ord != 0:
             # XLA's max and min across devices (CPU devices, jax 0.10 to
-            # 0.12) skip NaN: a row-sharded NaN matrix had inf-norm 0.
+            # 0.12) skip NaN: a row-sharded NaN matrix had inf-norm 0 (and
+            # a column-sharded one a finite 1-norm). Every norm but the
+            # count of non-zeros is NaN where x has a NaN.
             every = tuple(range(x.ndim)) if axis is None else axis
             y = jnp.where(jnp.isnan(x).any(axis=every, keepdims=keepdims), jnp.nan, y)
         return y

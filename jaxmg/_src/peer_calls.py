@@ -139,7 +139,8 @@ def check_arrays(routine: str, a, b=None):
         raise refused(f"{what} expects a rank-2 matrix A (a must be a 2D array), got shape "
                       f"{a.shape}")
     if b is not None and b.ndim not in (1, 2):
-        raise ShapeRefused(f"{what} expects a rank-1 or rank-2 RHS B, got shape {b.shape}")
+        raise ShapeRefused(f"{what} expects a rank-1 or rank-2 RHS B (b must be a 1D or 2D "
+                           f"array), got shape {b.shape}")
     if b is not None and a.dtype != b.dtype:
         raise TypeError(f"{what} requires matching A/B dtypes, got {a.dtype} and {b.dtype}; "
                         "cast b with b.astype(a.dtype)")

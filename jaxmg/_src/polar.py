@@ -143,8 +143,10 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
         ``jnp.linalg.svd`` on the whole matrix; "qdwh" is QDWH on the mp
         engine and the SVD on the "jax" one.
       eps, max_iterations: jax.scipy.linalg.polar's QDWH options. Given
-        where JAX's solver runs (the "jax" engine), that call is JAX's own
-        QDWH on the whole matrix with them, as jax.scipy.linalg.polar; the mp
+        where JAX's solver runs (the "jax" engine, outside shard_map), that
+        call is JAX's own QDWH on the whole matrix with them, as
+        jax.scipy.linalg.polar (which reports no failure: info is 0, and u
+        after max_iterations steps need not be orthonormal yet); the mp
         engine's QDWH runs the steps its precomputed weights need to
         converge to the dtype's eps, and takes neither.
       mesh, spec: as for :func:`jaxmg.potrs`.
@@ -176,7 +178,9 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
     engine = dispatch.choose_rectangular(placement, backend, "polar")
     if method == "svd":
         engine = native.ENGINE
-    if engine is native.ENGINE and method == "qdwh" and (eps, max_iterations) != (None, None):
+    # (Inside shard_map JAX's QDWH loop does not trace: the options go unused there.)
+    if (engine is native.ENGINE and method == "qdwh" and (eps, max_iterations) != (None, None)
+            and not jax.sharding.get_abstract_mesh().manual_axes):
         u, p = _jax_qdwh_polar(a, placement=placement, side=side, eps=eps,
                                max_iterations=max_iterations)
         return (u, p, jnp.int32(0)) if return_info else (u, p)

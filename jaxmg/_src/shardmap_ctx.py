@@ -22,9 +22,9 @@ intact, so a_work is a itself.
 
 from __future__ import annotations
 
-import jax.numpy as jnp
-
 import jax
+import jax.numpy as jnp
+import numpy as np
 
 from jaxmg._src import arguments, peer_calls, sharding
 from jaxmg._src.cholesky import potri, potrs
@@ -42,6 +42,7 @@ def potrs_shardmap_ctx(a, b, T_A, *args, **kwargs):  # noqa: N803 (JAXMg's names
     return_logdet=False, pad=True)``: (a_work, x, status), or (a_work, x,
     logdet, status)."""
     if _inside_shard_map():
+        _check_0_0_8_form("potrs_shardmap_ctx", args, kwargs, flags=1)
         return _potrs_in_block(a, b, T_A, *args, **kwargs)
     return _potrs_whole(a, b, T_A, *args, **kwargs)
 
@@ -54,9 +55,10 @@ def _potrs_in_block(a, b, T_A, pad=True):  # noqa: N803
 
 def _potrs_whole(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
                  return_logdet=False, pad=True):
+    _check_mesh("potrs_shardmap_ctx", mesh)
     *out, status = potrs(a, b, T_A, mesh, return_logdet=return_logdet, pad=pad,
                          return_status=True, **_specs(matrix_specs, in_specs))
-    return a, *out, status[None]
+    return _work(a), *out, status[None]
 
 
 def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
@@ -78,6 +80,7 @@ def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803
     return_eigenvectors=True, pad=True)``: (a_work, w, v, status) with the
     eigenvectors as v's columns, or (a_work, w, status)."""
     if _inside_shard_map():
+        _check_0_0_8_form("syevd_shardmap_ctx", args, kwargs, flags=2)
         return _syevd_in_block(a, T_A, *args, **kwargs)
     return _syevd_whole(a, T_A, *args, **kwargs)
 
@@ -91,9 +94,10 @@ def _syevd_in_block(a, T_A, return_eigenvectors=True, pad=True):  # noqa: N803
 
 def _syevd_whole(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
                  return_eigenvectors=True, pad=True):
+    _check_mesh("syevd_shardmap_ctx", mesh)
     *out, status = syevd(a, T_A, mesh, return_eigenvectors=return_eigenvectors, pad=pad,
                          return_status=True, **_specs(matrix_specs, in_specs))
-    return a, *out, status[None]
+    return _work(a), *out, status[None]
 
 
 def lu_solve_shardmap_ctx(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
@@ -104,7 +108,7 @@ def lu_solve_shardmap_ctx(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=N
     _check_outside("lu_solve_shardmap_ctx")
     x, status = lu_solve(a, b, T_A, mesh, pad=pad, return_status=True,
                          **_specs(matrix_specs, in_specs))
-    return a, x, status[None]
+    return _work(a), x, status[None]
 
 
 def gesvd_shardmap_ctx(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
@@ -115,7 +119,7 @@ def gesvd_shardmap_ctx(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  
     *out, status = gesvd(a, T_A, mesh, compute_u=compute_u, compute_vh=compute_vh,
                          full_matrices=full_matrices, pad=pad, return_status=True,
                          **_specs(matrix_specs, in_specs))
-    return a, *out, status[None]
+    return _work(a), *out, status[None]
 
 
 def potri_symmetrize(a):
@@ -137,6 +141,31 @@ def _tile(routine: str, a, T_A, pad):  # noqa: N803
 
 def _inside_shard_map() -> bool:
     return bool(jax.sharding.get_abstract_mesh().manual_axes)
+
+
+def _check_0_0_8_form(routine: str, extra_positional, kwargs, flags: int):
+    """Inside shard_map only JAXMg 0.0.8's form runs: after T_A, up to
+    `flags` flags (pad; syevd's return_eigenvectors first)."""
+    theirs_1x = {"mesh", "matrix_specs", "in_specs", "return_logdet"} & set(kwargs)
+    not_flags = [x for x in extra_positional if not isinstance(x, (bool, int, np.bool_, np.integer))]
+    if len(extra_positional) > flags or not_flags or theirs_1x:
+        raise ValueError(
+            f"jaxmg.{routine} inside jax.shard_map is JAXMg 0.0.8's form, which takes this "
+            f"device's row block of a and T_A (then pad); JAXMg 1.x's form with mesh and "
+            f"matrix_specs lays a out over the mesh itself: call that one outside shard_map")
+
+
+def _check_mesh(routine: str, mesh):
+    if isinstance(mesh, bool):
+        raise TypeError(
+            f"jaxmg.{routine} outside jax.shard_map is JAXMg 1.x's form (a, ..., T_A, mesh, "
+            f"matrix_specs), whose fourth argument is the mesh, got {mesh!r}; JAXMg 0.0.8's "
+            "pad belongs to the form for inside shard_map (pass pad= by name here)")
+
+
+def _work(a):
+    """a_work: a itself, as a jax.Array (JAXMg returns its work buffer)."""
+    return a if isinstance(a, jax.Array) else jnp.asarray(a)
 
 
 def _check_outside(routine: str):
