@@ -138,3 +138,18 @@ def test_diagonal_exact():
     w, v = jaxmg.syevd(helpers.rows(np.diag(d), mesh), tile_size=1)
     np.testing.assert_array_equal(np.asarray(w), np.sort(d))
     check_eigenvectors(np.diag(d), w, v, np.float64)
+
+
+def test_cusolvermg_tiles_on_gpus_are_capped_where_cusolvermg_refuses_wider(monkeypatch):
+    """syevd's at 1024 (wider ones JAXMg 0.0.8 lowers to it too), getrf's at
+    256; the other routines take the tile asked for (up to N / devices)."""
+    from jaxmg._src.engines import mg
+    from jaxmg._src.placement import Placement
+
+    monkeypatch.setattr(mg, "platform_of", lambda placement: "cuda")
+    placement = Placement(helpers.mesh(2), "x", manual=False)
+    assert mg.ENGINE.tile("syevd", 8192, placement, 2048) == 1024
+    assert mg.ENGINE.tile("syevd", 8192, placement, 512) == 512
+    assert mg.ENGINE.tile("getrf", 8192, placement, 1024) == 256
+    assert mg.ENGINE.tile("potrf", 8192, placement, 2048) == 2048
+    assert mg.ENGINE.tile("potrf", 8192, placement, 8192) == 4096

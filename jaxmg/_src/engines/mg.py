@@ -26,6 +26,10 @@ from jaxmg._src.placement import Placement, platform_of, spans_processes
 # cusolverMgGetrf (cuSOLVER 12.0.4, H200) rejects T_A = 1024 with
 # CUSOLVER_STATUS_INVALID_VALUE for the matrix descriptor; 256 is verified.
 GPU_LU_MAX_TILE = 256
+# cusolverMgSyevd takes tiles up to 1024 (JAXMg 0.0.8 lowers larger ones to
+# it for that reason; jaxmg's default, 1024, is verified on the GPUs).
+GPU_SYEVD_MAX_TILE = 1024
+_GPU_MAX_TILE = {"getrf": GPU_LU_MAX_TILE, "syevd": GPU_SYEVD_MAX_TILE}
 
 
 def choose_tile(n: int, n_devices: int, requested: int | None) -> int:
@@ -177,8 +181,8 @@ class Mg(base.Engine):
 
     def tile(self, routine, n, placement, requested):
         tile = choose_tile(n, placement.n_devices, requested)
-        if routine == "getrf" and platform_of(placement) == "cuda":
-            return min(tile, GPU_LU_MAX_TILE)
+        if routine in _GPU_MAX_TILE and platform_of(placement) == "cuda":
+            return min(tile, _GPU_MAX_TILE[routine])
         return tile
 
     def finite_info(self, a, info, layout, upper: bool = False):
@@ -342,6 +346,8 @@ class Mg(base.Engine):
 
     def syevd_blocks(self, a, placement, tile, vectors):
         t = block_tile(a.shape[0], tile)
+        if t > GPU_SYEVD_MAX_TILE and platform_of(placement) == "cuda":
+            t = largest_divisor(a.shape[0], GPU_SYEVD_MAX_TILE)
         vh, w, info = _syevd_body(a, placement=placement, tile=t, vectors=vectors)
         # This device's rows of V^H: the caller gets them as they are.
         w = failures.nan_where_failed(w, info[0])
