@@ -21,6 +21,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, config
+from jaxmg._src.placement import inside_shard_map
 
 # The parameters after the arrays, in JAXMg 0.0.8's positional order.
 _PARAMETERS = {
@@ -147,7 +148,7 @@ def check_arrays(routine: str, a, b=None):
     if a.dtype not in config.SUPPORTED:
         raise TypeError(f"{what} supports float32, float64, complex64 and complex128, got "
                         f"{a.dtype}; cast the arrays first")
-    local = bool(jax.sharding.get_abstract_mesh().manual_axes)  # shard_map: a's own rows
+    local = inside_shard_map()  # a: this device's own rows
     if a.shape[0] != a.shape[1] and not local:
         raise ValueError(f"{what} expects A to be square, got shape {a.shape}")
     rows = (a.shape[0], a.shape[1]) if local else (a.shape[0],)  # b: its rows or all of them

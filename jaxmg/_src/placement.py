@@ -192,6 +192,12 @@ def _context_mesh():
     return None if mesh.empty else mesh
 
 
+def inside_shard_map() -> bool:
+    """Whether the call is traced inside the caller's shard_map (or pmap):
+    the context's mesh has manual axes."""
+    return bool(jax.sharding.get_abstract_mesh().manual_axes)
+
+
 def context_concrete_mesh():
     """The concrete Mesh set with `jax.set_mesh`, also while tracing under
     jit (where jax.sharding.get_mesh refuses); None if there is none."""

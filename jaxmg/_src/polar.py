@@ -19,7 +19,7 @@ from jax.sharding import PartitionSpec as P
 from jaxmg._src import arguments, batching, dispatch, eigh, failures, peer_calls, sharding
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import base, mp, native
-from jaxmg._src.placement import resolve_placement
+from jaxmg._src.placement import inside_shard_map, resolve_placement
 from jaxmg._src.sharding import adjoint as _ct, matmul_highest as _mm
 
 SIDES = ("right", "left")
@@ -180,7 +180,7 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
         engine = native.ENGINE
     # (Inside shard_map JAX's QDWH loop does not trace: the options go unused there.)
     if (engine is native.ENGINE and method == "qdwh" and (eps, max_iterations) != (None, None)
-            and not jax.sharding.get_abstract_mesh().manual_axes):
+            and not inside_shard_map()):
         u, p = _jax_qdwh_polar(a, placement=placement, side=side, eps=eps,
                                max_iterations=max_iterations)
         return (u, p, jnp.int32(0)) if return_info else (u, p)

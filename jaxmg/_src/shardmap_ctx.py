@@ -31,6 +31,7 @@ from jaxmg._src.cholesky import potri, potrs
 from jaxmg._src.eigh import syevd
 from jaxmg._src.engines import mg
 from jaxmg._src.lu import lu_solve
+from jaxmg._src.placement import inside_shard_map
 from jaxmg._src.polar import gesvd
 
 
@@ -41,7 +42,7 @@ def potrs_shardmap_ctx(a, b, T_A, *args, **kwargs):  # noqa: N803 (JAXMg's names
     ``(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,
     return_logdet=False, pad=True)``: (a_work, x, status), or (a_work, x,
     logdet, status)."""
-    if _inside_shard_map():
+    if inside_shard_map():
         _check_0_0_8_form("potrs_shardmap_ctx", args, kwargs, flags=1)
         return _potrs_in_block(a, b, T_A, *args, **kwargs)
     return _potrs_whole(a, b, T_A, *args, **kwargs)
@@ -79,7 +80,7 @@ def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803
     ``(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,
     return_eigenvectors=True, pad=True)``: (a_work, w, v, status) with the
     eigenvectors as v's columns, or (a_work, w, status)."""
-    if _inside_shard_map():
+    if inside_shard_map():
         _check_0_0_8_form("syevd_shardmap_ctx", args, kwargs, flags=2)
         return _syevd_in_block(a, T_A, *args, **kwargs)
     return _syevd_whole(a, T_A, *args, **kwargs)
@@ -139,10 +140,6 @@ def _tile(routine: str, a, T_A, pad):  # noqa: N803
     return mg.largest_divisor(rows, tile)
 
 
-def _inside_shard_map() -> bool:
-    return bool(jax.sharding.get_abstract_mesh().manual_axes)
-
-
 def _check_0_0_8_form(routine: str, extra_positional, kwargs, flags: int):
     """Inside shard_map only JAXMg 0.0.8's form runs: after T_A, up to
     `flags` flags (pad; syevd's return_eigenvectors first)."""
@@ -169,7 +166,7 @@ def _work(a):
 
 
 def _check_outside(routine: str):
-    if _inside_shard_map():
+    if inside_shard_map():
         raise ValueError(
             f"jaxmg.{routine} is JAXMg 1.x's, which lays a out over the mesh itself: call it "
             "outside jax.shard_map (under your jit), with mesh and matrix_specs")
