@@ -48,6 +48,19 @@ def test_potrs_positional(rng, mesh, spd, tile, in_specs, backend):
     assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
 
 
+@pytest.mark.parametrize("routine", ["potrs", "syevd"])
+def test_column_sharded_spec_as_jaxmg_1x_takes_it(rng, mesh, spd, routine):
+    a, placed = spd
+    columns = jax.device_put(a, jax.sharding.NamedSharding(mesh, P(None, "x")))
+    if routine == "potrs":
+        b = helpers.replicated(helpers.random_matrix(rng, N, np.float64, 1), mesh)
+        x = jaxmg.potrs(columns, b, 4, mesh, P(None, "x"))
+        assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+    else:
+        w, _ = jaxmg.syevd(columns, 4, mesh, (P(None, "x"),))
+        np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), rtol=1e-10, atol=1e-10)
+
+
 def test_potrs_under_jit_with_status(rng, mesh, spd):
     a, placed = spd
     b = helpers.replicated(np.ones((N, 1)), mesh)
@@ -207,10 +220,18 @@ def test_our_signature_is_shown():
     (lambda a, b, m: jaxmg.gesvd(a, 2, compute_u="yes"), TypeError, "compute_u"),
     (lambda a, b, m: jaxmg.gesvd(np.ones((4, 4), np.int32), 2), TypeError, "int32"),
     (lambda a, b, m: jaxmg.gesvd(np.ones(4), 2), ValueError, "rank-2 matrix A"),
+    (lambda a, b, m: jaxmg.potri(a, 2, m, P(None, "x")), ValueError,
+     r"A must be sharded along the rows with PartitionSpec P\(str, None\)"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 2, m, P()), ValueError, "A must be sharded along the rows"),
+    (lambda a, b, m: jaxmg.syevd(a, 2, m, (P(None, None),)), ValueError,
+     "A must be sharded along the rows"),
+    (lambda a, b, m: jaxmg.potrs(a, b, 2, m, (SPEC, P("x", None))), ValueError,
+     "b must be replicated along all shards"),
 ], ids=["tile twice", "T_A twice", "three specs", "potri two specs", "not a spec", "spec twice",
         "too many", "pad", "vectors", "both spec names", "potri logdet", "mixed logdet",
         "lu no T_A", "lu T_A zero", "potrs T_A float", "lu trans",
-        "gesvd both spec names", "syevd not square", "gesvd T_A", "gesvd flag", "gesvd int", "gesvd vector"])
+        "gesvd both spec names", "syevd not square", "gesvd T_A", "gesvd flag", "gesvd int", "gesvd vector",
+        "potri columns", "potrs replicated a", "syevd replicated a", "potrs sharded b"])
 def test_refused(mesh, spd, call, error, words):
     b = helpers.replicated(np.ones((N, 1)), mesh)
     with pytest.raises(error, match=words):

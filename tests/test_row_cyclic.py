@@ -84,7 +84,7 @@ def test_bad_arguments_are_refused_naming_them(rng):
         jaxmg.cyclic_1d(a, 2, mesh, "x")
     with pytest.raises(ValueError, match="in_specs"):
         jaxmg.cyclic_1d(a, 2, mesh, (SPEC, SPEC))
-    with pytest.raises(ValueError, match="rows are sharded"):
+    with pytest.raises(ValueError, match="A must be sharded along the rows"):
         jaxmg.cyclic_1d(a, 2, mesh, P(None, "x"))
     with pytest.raises(ValueError, match="T_A"):
         jaxmg.cyclic_1d(a, 0, mesh, SPEC)

@@ -208,8 +208,10 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
 def _spec_of_a(routine: str, in_specs):
     """in_specs as JAXMg takes it: a's PartitionSpec, alone or first in a list
     or tuple (potrs: then b's, which b's own layout supersedes)."""
-    if isinstance(in_specs, P) or in_specs is None:
-        return in_specs
+    if in_specs is None:
+        return None
+    if isinstance(in_specs, P):
+        return _check_spec_of_a(routine, in_specs)
     most = 2 if routine == "potrs" else 1
     if most == 2:
         sequence, held = "a list/tuple of one or two", "a's spec, e.g. P('x', None), then b's"
@@ -222,4 +224,26 @@ def _spec_of_a(routine: str, in_specs):
     if not 1 <= len(in_specs) <= most or not all(isinstance(p, P) for p in in_specs):
         raise ValueError(f"jaxmg.{routine}: in_specs must be a single PartitionSpec or "
                          f"{sequence} ({held}); got {in_specs!r}")
-    return in_specs[0]
+    if len(in_specs) == 2 and any(entry is not None for entry in in_specs[1]):
+        raise ValueError(f"jaxmg.{routine}: b must be replicated along all shards with "
+                         f"PartitionSpec P(None, None) in in_specs (b's own layout is "
+                         f"read off b itself); got {in_specs[1]!r}")
+    return _check_spec_of_a(routine, in_specs[0])
+
+
+# JAXMg's routines that lay a out by rows only (its 1.x routines also take
+# column- and 2-D-sharded specs).
+_ROWS_ONLY = frozenset({"potri", "cyclic_1d"})
+
+
+def _check_spec_of_a(routine: str, spec):
+    """a's spec as every JAXMg release refuses it: sharded along neither axis,
+    or (potri, cyclic_1d) along any but the rows."""
+    entries = tuple(spec) + (None,) * (2 - len(spec))
+    rows_only = routine in _ROWS_ONLY
+    if len(entries) > 2 or all(e is None for e in entries) or (rows_only and (
+            entries[0] is None or entries[1] is not None)):
+        took = "" if rows_only else ", or as JAXMg 1.x also takes, P(None, str) or P(str, str)"
+        raise ValueError(f"jaxmg.{routine} (JAXMg's call form): A must be sharded along the "
+                         f"rows with PartitionSpec P(str, None){took}; got {spec!r}")
+    return spec
