@@ -22,6 +22,7 @@ from jaxmg._src import (
     dispatch,
     failures,
     operators,
+    padded_blocks,
     peer_calls,
     plans,
     sharding,
@@ -89,7 +90,7 @@ class CholeskyFactor:
 
 @returns_ready_on_cpus
 @peer_calls.accepts_peer_calls(arrays=2, with_logdet=lambda *a, **k: _potrs_with_logdet(*a, **k),
-                               cholesky_status=True)
+                               cholesky_status=True, padded=padded_blocks.potrs_through_blocks)
 def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False, precision="highest"):
     """Solves ``a @ x = b`` by a Cholesky factorisation distributed over devices.
@@ -378,7 +379,8 @@ def _potrs_with_logdet(a, b, *, tile_size=None, mesh=None, spec=None, backend="a
 
 
 @returns_ready_on_cpus
-@peer_calls.accepts_peer_calls(arrays=1, cholesky_status=True)
+@peer_calls.accepts_peer_calls(arrays=1, cholesky_status=True,
+                               padded=padded_blocks.potri_through_blocks)
 def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_info=False,
           donate=False):
     """Inverts a symmetric (Hermitian) positive-definite matrix via Cholesky.

@@ -58,11 +58,13 @@ class SpecifiedTwice(TypeError, ValueError):
                          "(they name the same option)")
 
 
-def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False):
+def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False, padded=None):
     """Lets the wrapped routine (whose first `arrays` parameters are arrays and
     the rest keyword-only) be called as JAXMg's namesake. with_logdet: the
     routine's form that also returns log det a (potrs's return_logdet);
-    cholesky_status: its status is JAXMg's (cusolver_status), not LAPACK's info."""
+    cholesky_status: its status is JAXMg's (cusolver_status), not LAPACK's info;
+    padded: the routine through JAXMg's padded row blocks (padded_blocks.py),
+    which gives None where pad=True asks for no padding."""
 
     def wrap(routine):
         names = _PARAMETERS[routine.__name__]
@@ -72,10 +74,15 @@ def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False):
         def call(*args, **kwargs):
             if len(args) > arrays or not theirs_only.isdisjoint(kwargs):
                 check_arrays(routine.__name__, *args[:arrays])
+                pad = _given(names, arrays, args, kwargs, "pad", True)
                 args, kwargs, logdet = _as_ours(routine.__name__, names, arrays, args, kwargs)
                 if logdet and with_logdet is None:
                     raise TypeError(f"jaxmg.{routine.__name__} has no return_logdet")
-                out = (with_logdet if logdet else routine)(*args, **kwargs)
+                out = None
+                if padded is not None and pad and not logdet:
+                    out = padded(*args, **kwargs)
+                if out is None:
+                    out = (with_logdet if logdet else routine)(*args, **kwargs)
                 if cholesky_status and kwargs.get("return_info"):
                     return (*out[:-1], cusolver_status(out[-1]))
                 return out
@@ -170,6 +177,12 @@ def check_tile(routine: str, T_A):  # noqa: N803 (JAXMg's name)
     """T_A as JAXMg takes it, refused in its words when it is no tile size."""
     refusal = f"jaxmg.{routine}: T_A must be positive (an int, the tile size)"
     return arguments.check_tile(T_A, refusal)
+
+
+def _given(names, arrays: int, args, kwargs, name: str, default):
+    """The value of JAXMg's parameter `name`, positional or by name."""
+    at = arrays + names.index(name)
+    return args[at] if len(args) > at else kwargs.get(name, default)
 
 
 def _as_ours(routine: str, names, arrays: int, args, kwargs):

@@ -7,10 +7,11 @@ return_eigenvectors=True)`` and ``potri_symmetrize``. jaxmg's own potrs, potri
 and syevd already take this device's row block of a there; these return what
 that package's do, the status last as an int32 vector of one (so that an
 out_spec of P(None) fits it): potrs's and potri's as JAXMg's (7 where A is not
-positive definite), syevd's LAPACK's info. A block cannot be padded there, so
-with pad=True (JAXMg's default, which pads the block to a multiple of T_A) the
-tile is the largest divisor of the block's rows up to T_A; with pad=False T_A
-must divide them, as that package requires.
+positive definite), syevd's LAPACK's info. With pad=True (JAXMg's default)
+potrs and potri pad each block to a multiple of T_A where T_A does not divide
+its rows (padded_blocks.py); syevd's tile is then the largest divisor of the
+rows up to T_A (its eigenvectors' rows would have to move between devices).
+With pad=False T_A must divide the rows, as that package requires.
 
 Outside shard_map, under the caller's jit (its 1.x releases, which also name
 ``gesvd_shardmap_ctx`` and ``lu_solve_shardmap_ctx``): the call form of the
@@ -26,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmg._src import arguments, peer_calls, sharding
+from jaxmg._src import arguments, padded_blocks, peer_calls, sharding
 from jaxmg._src.cholesky import potri, potrs
 from jaxmg._src.eigh import syevd
 from jaxmg._src.engines import mg
@@ -49,9 +50,15 @@ def potrs_shardmap_ctx(a, b, T_A, *args, **kwargs):  # noqa: N803 (JAXMg's names
 
 
 def _potrs_in_block(a, b, T_A, pad=True):  # noqa: N803
-    tile = _tile("potrs_shardmap_ctx", a, T_A, pad)
-    x, info = potrs(a, b, tile_size=tile, return_info=True)
-    return x, peer_calls.cusolver_status(info[None])
+    tile, extra = padded_blocks.plan("potrs_shardmap_ctx", a, T_A, pad)
+    if not extra:
+        x, info = potrs(a, b, tile_size=tile, return_info=True)
+        return x, peer_calls.cusolver_status(info[None])
+    peer_calls.check_arrays("potrs_shardmap_ctx", a, b)
+    rows, n = a.shape
+    x, info = potrs(padded_blocks.pad_matrix(a, extra), padded_blocks.pad_rhs(b, rows, n, extra),
+                    tile_size=tile, return_info=True)
+    return padded_blocks.unpad_rhs(x, rows, n, extra), peer_calls.cusolver_status(info[None])
 
 
 def _potrs_whole(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
@@ -67,9 +74,14 @@ def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
     returns its upper triangle, which potri_symmetrize completes: applied to
     the whole inverse it leaves it as it is), and the status, as potrs's
     (JAXMg's 1.x releases have no potri)."""
-    tile = _tile("potri_shardmap_ctx", a, T_A, pad)
-    inverse, info = potri(a, tile_size=tile, return_info=True)
-    return inverse, peer_calls.cusolver_status(info[None])
+    tile, extra = padded_blocks.plan("potri_shardmap_ctx", a, T_A, pad)
+    if not extra:
+        inverse, info = potri(a, tile_size=tile, return_info=True)
+        return inverse, peer_calls.cusolver_status(info[None])
+    peer_calls.check_arrays("potri_shardmap_ctx", a)
+    inverse, info = potri(padded_blocks.pad_matrix(a, extra), tile_size=tile, return_info=True)
+    return (padded_blocks.unpad_matrix(inverse, *a.shape),
+            peer_calls.cusolver_status(info[None]))
 
 
 def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803

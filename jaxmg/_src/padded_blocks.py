@@ -1,0 +1,132 @@
+"""JAXMg's pad=True for a device's row block inside shard_map: where T_A does
+not divide the block's rows, each device pads its block to a multiple of
+T_A, as that package does, rather than lowering the tile.
+
+A device's r rows of the N x N matrix become rp = r + extra rows of an
+(ndev * rp) square matrix whose column blocks are padded the same way; the
+padding is an identity, so the factorisation of A is that of the padded
+matrix restricted to A's rows and columns. b is padded (with zeros) and x
+unpadded to match. JAXMg's call forms outside shard_map, with pad=True and
+such a T_A, run through the same blocks, so that both forms give the same
+numbers (jaxmg.potrs with tile_size pads the whole matrix at its end
+instead)."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from jaxmg._src import arguments, peer_calls
+from jaxmg._src.placement import inside_shard_map, resolve_placement
+
+
+def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
+    """(tile, extra rows per device) for a device's row block a."""
+    tile = peer_calls.check_tile(routine, T_A)
+    rows = getattr(a, "shape", (0,))[0]
+    if not arguments.check_flag(pad, "pad") or rows < 1:
+        return tile, 0
+    tile = min(tile, rows)
+    return tile, -rows % tile
+
+
+def pad_matrix(a, extra: int):
+    """The (r + extra, ndev * (r + extra)) padded block of a's (r, N) rows."""
+    rows, n = a.shape
+    devices, padded = n // rows, rows + extra
+    blocks = jnp.pad(a.reshape(rows, devices, rows), ((0, extra), (0, 0), (0, extra)))
+    blocks = blocks.reshape(padded, devices * padded)
+    me = jax.lax.axis_index(resolve_placement(a, None, None, row_blocks=True).axis)
+    i = jnp.arange(padded)[:, None]
+    ones = (i >= rows) & (jnp.arange(devices * padded)[None, :] == me * padded + i)
+    return jnp.where(ones, jnp.ones((), a.dtype), blocks)
+
+
+def pad_rhs(b, rows: int, n: int, extra: int):
+    """b (this device's rows, or all N) with zero rows where a's were added."""
+    if b.shape[0] == rows and rows != n:
+        return jnp.pad(b, ((0, extra),) + ((0, 0),) * (b.ndim - 1))
+    split = b.reshape(n // rows, rows, *b.shape[1:])
+    split = jnp.pad(split, ((0, 0), (0, extra)) + ((0, 0),) * (b.ndim - 1))
+    return split.reshape(-1, *b.shape[1:])
+
+
+def unpad_rhs(x, rows: int, n: int, extra: int):
+    if x.shape[0] == rows + extra and rows != n:
+        return x[:rows]
+    split = x.reshape(n // rows, rows + extra, *x.shape[1:])
+    return split[:, :rows].reshape(n, *x.shape[1:])
+
+
+def unpad_matrix(a, rows: int, n: int):
+    """This device's r rows of the N x N result from its padded block."""
+    padded = a.shape[0]
+    return a[:rows].reshape(rows, n // rows, padded)[:, :, :rows].reshape(rows, n)
+
+
+# --------------------------------------------------------------------------
+# JAXMg's call forms outside shard_map, through the same blocks
+# --------------------------------------------------------------------------
+
+
+def potrs_through_blocks(a, b, **ours):
+    """potrs's JAXMg call form where its tile needs padded blocks, else None."""
+    found = _blocks_layout(a, ours)
+    if found is None or getattr(b, "ndim", 0) not in (1, 2) or b.shape[0] != a.shape[0]:
+        return None
+    x, status = _through_blocks("potrs", *found)(a, b)
+    return (x, status[0]) if ours.get("return_info") else x
+
+
+def potri_through_blocks(a, **ours):
+    """potri's JAXMg call form where its tile needs padded blocks, else None."""
+    found = _blocks_layout(a, ours)
+    if found is None:
+        return None
+    inverse, status = _through_blocks("potri", *found)(a)
+    return (inverse, status[0]) if ours.get("return_info") else inverse
+
+
+def _blocks_layout(a, ours):
+    """(mesh, row axis, tile) where a's rows lie whole on each device of one
+    mesh axis and the tile does not divide them; None otherwise."""
+    if set(ours) - {"tile_size", "mesh", "spec", "return_info", "donate", "backend"}:
+        return None
+    if ours.get("backend", "auto") not in ("auto", "jaxmg") or inside_shard_map():
+        return None
+    if getattr(a, "ndim", 0) != 2 or a.shape[0] != a.shape[1] or ours.get("tile_size") is None:
+        return None
+    sharding = getattr(a, "sharding", None)
+    mesh = ours.get("mesh") or getattr(sharding, "mesh", None)
+    spec = ours.get("spec") or getattr(sharding, "spec", None)
+    if not isinstance(mesh, jax.sharding.Mesh) or not isinstance(spec, P) or len(spec) < 1:
+        return None
+    axis = spec[0]
+    if (not isinstance(axis, str) or any(e is not None for e in spec[1:])
+            or axis not in mesh.axis_names or mesh.shape[axis] != mesh.size or mesh.size < 2):
+        return None
+    n = a.shape[0]
+    if n % mesh.size:
+        return None
+    rows = n // mesh.size
+    tile = min(ours["tile_size"], rows)
+    return (mesh, axis, tile) if rows % tile else None
+
+
+@functools.lru_cache(maxsize=64)
+def _through_blocks(routine: str, mesh, axis: str, tile: int):
+    """The jitted shard_map of JAXMg's in-block routine, padding on."""
+    from jaxmg._src import shardmap_ctx  # it imports the routines that import this
+
+    rows = P(axis, None)
+    if routine == "potrs":
+        body, in_specs, out_specs = (lambda a, b: shardmap_ctx.potrs_shardmap_ctx(a, b, tile, True),
+                                     (rows, P()), (P(), P()))
+    else:
+        body, in_specs, out_specs = (lambda a: shardmap_ctx.potri_shardmap_ctx(a, tile, True),
+                                     (rows,), (rows, P()))
+    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                                 check_vma=False))
