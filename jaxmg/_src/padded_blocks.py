@@ -26,9 +26,10 @@ from jaxmg._src.placement import inside_shard_map, resolve_placement
 def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
     """(tile, extra rows per device) for a device's row block a."""
     tile = peer_calls.check_tile(routine, T_A)
-    rows = getattr(a, "shape", (0,))[0]
-    if not arguments.check_flag(pad, "pad") or rows < 1:
-        return tile, 0
+    shape = getattr(a, "shape", (0,))
+    rows = shape[0]
+    if not arguments.check_flag(pad, "pad") or rows < 1 or len(shape) != 2 or shape[1] % rows:
+        return tile, 0  # (the routine refuses a that is no row block)
     tile = min(tile, rows)
     return tile, -rows % tile
 
