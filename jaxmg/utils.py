@@ -1,8 +1,12 @@
-"""JAXMg's jaxmg.utils.random_psd, which code and tests written for that
-package build their matrices with."""
+"""JAXMg's jaxmg.utils: random_psd, which code and tests written for that
+package build their matrices with, and its warning class."""
 
 import jax
 import jax.numpy as jnp
+
+from jaxmg._src.peer_calls import JaxMgWarning
+
+__all__ = ["JaxMgWarning", "random_psd"]
 
 
 def random_psd(n, dtype, seed):

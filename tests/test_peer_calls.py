@@ -376,6 +376,20 @@ def test_potrs_in_jaxmgs_call_form_takes_a_row_block_and_all_of_b_inside_shard_m
     assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
 
 
+def test_syevd_lowers_a_tile_wider_than_cusolvermgs_with_jaxmgs_warning(mesh, spd):
+    """JAXMg 0.0.8's syevd: T_A above 1024 is lowered to 1024, with its
+    warning; its syevd_shardmap_ctx refuses one."""
+    from jaxmg.utils import JaxMgWarning
+
+    a, placed = spd
+    with pytest.warns(JaxMgWarning, match="T_A has a maximum value of 1024"):
+        w, _ = jaxmg.syevd(placed, 2048, mesh, (SPEC,))
+    np.testing.assert_allclose(np.asarray(w), np.linalg.eigvalsh(a), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="T_A has a maximum value of 1024"):
+        inside(mesh, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=2048),
+               (SPEC,), (P(None), SPEC, P(None)))(placed)
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64])
 @pytest.mark.parametrize("tile", [3, 4, 7])
 def test_padded_row_blocks_give_the_same_numbers_inside_and_outside_shard_map(

@@ -6,14 +6,16 @@ mesh, in_specs, return_eigenvectors=True, ...)`` (0.0.8); its 1.x releases
 name a's spec ``matrix_specs``, let potrs ``return_logdet``, take ``donate``
 and solve general systems by ``lu_solve(a, b, T_A, mesh, matrix_specs)``, a
 matrix where jax.scipy's lu_solve takes a factor. The same calls run here,
-each name mapped to jaxmg's option. ``pad`` has no effect: jaxmg lays out any
-N itself. The status of potrs and potri is JAXMg's too: 0, or 7 where the
+each name mapped to jaxmg's option. jaxmg lays out any N itself; ``pad``
+matters only where T_A does not divide each device's rows, where potrs and
+potri pad each row block as JAXMg does (padded_blocks.py). The status of potrs and potri is JAXMg's too: 0, or 7 where the
 matrix is not positive definite (jaxmg's own return_info gives LAPACK's info).
 """
 
 from __future__ import annotations
 
 import functools
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -36,6 +38,15 @@ CUSOLVER_INTERNAL_ERROR = 7
 
 _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
          "return_eigenvectors": "compute_vectors", "mesh": "mesh", "donate": "donate"}
+
+
+# cusolverMgSyevd's widest tile: JAXMg 0.0.8's syevd lowers a wider T_A to it
+# with a warning, and its syevd_shardmap_ctx refuses one.
+SYEVD_MAX_T_A = 1024
+
+
+class JaxMgWarning(UserWarning):
+    """JAXMg's warning class (jaxmg.utils.JaxMgWarning there and here)."""
 
 
 class ShapeRefused(ValueError, AssertionError):
@@ -207,6 +218,11 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
         arguments.check_flag(given.pop("pad"), "pad")
     if "T_A" in given:
         given["T_A"] = check_tile(routine, given["T_A"])
+        if routine == "syevd" and given["T_A"] > SYEVD_MAX_T_A:
+            warnings.warn(f"T_A has a maximum value of {SYEVD_MAX_T_A} for SyevdMg, received "
+                          f"T_A={given['T_A']}, T_A is lowered to {SYEVD_MAX_T_A}",
+                          JaxMgWarning, stacklevel=4)
+            given["T_A"] = SYEVD_MAX_T_A
     if "in_specs" in given:
         given["in_specs"] = _spec_of_a(routine, given["in_specs"])
     for name, value in given.items():
