@@ -436,6 +436,48 @@ def test_padded_row_blocks_take_b_as_this_devices_rows_or_a_vector(rng, mesh):
     assert helpers.residual(a, x, b[:, 0]) <= helpers.tolerance(np.float64, N, 10.0)
 
 
+def test_padded_call_forms_keep_derivatives_layouts_and_refusals(rng, mesh):
+    """The call forms that pad row blocks differentiate as jaxmg's own (grad
+    and jvp, eager and jitted), run on a mesh with a second axis of size 1,
+    give x b's row layout, and refuse a on other devices than mesh='s."""
+    if mesh.size < 2:
+        pytest.skip("one device: the call form outside shard_map takes jaxmg's own path there")
+    a = helpers.spd(rng, N, np.float64)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    tile = 3 if (N // mesh.size) % 3 else 7
+    rows, whole = helpers.rows(a, mesh), helpers.replicated(b, mesh)
+
+    def loss(routine, tile_size):
+        return lambda a: (routine(a, whole, tile_size, mesh, SPEC) if routine is jaxmg.potrs
+                          else routine(a, tile_size, mesh, SPEC)).sum()
+
+    with jax.set_mesh(mesh):  # grad seeds its cotangent on the mesh's axes
+        for routine in (jaxmg.potrs, jaxmg.potri):
+            divides = next(t for t in range(tile, 0, -1) if (N // mesh.size) % t == 0)
+            want = jax.grad(loss(routine, divides))(rows)
+            for transform in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+                np.testing.assert_allclose(np.asarray(transform(loss(routine, tile))(rows)),
+                                           np.asarray(want), rtol=1e-9, atol=1e-12)
+        _, tangent = jax.jvp(lambda a: jaxmg.potrs(a, whole, tile, mesh, SPEC), (rows,), (rows,))
+    x = np.linalg.solve(a, b)
+    np.testing.assert_allclose(np.asarray(tangent), -x, rtol=1e-9, atol=1e-12)  # d(A^-1 b)[A] = -x
+
+    two_axes = jax.sharding.Mesh(np.asarray(mesh.devices).reshape(-1, 1), ("x", "y"))
+    placed = jax.device_put(a, jax.sharding.NamedSharding(two_axes, SPEC))
+    x_two = jaxmg.potrs(placed, b, tile, two_axes, SPEC)
+    assert helpers.residual(a, x_two, b) <= helpers.tolerance(np.float64, N, 10.0)
+
+    x_rows = jaxmg.potrs(rows, helpers.rows(b, mesh), tile, mesh, SPEC)
+    assert x_rows.sharding.spec[0] == "x"
+    assert helpers.residual(a, x_rows, b) <= helpers.tolerance(np.float64, N, 10.0)
+
+    others = helpers.mesh(mesh.size, first=0) if jax.device_count() < 2 * mesh.size else (
+        helpers.mesh(mesh.size, first=mesh.size))
+    if others.devices.flat[0] != mesh.devices.flat[0]:
+        with pytest.raises(ValueError, match="mesh= has devices"):
+            jaxmg.potrs(rows, whole, tile, others, SPEC)
+
+
 def test_padded_row_blocks_report_a_matrix_that_is_not_positive_definite(mesh):
     a = np.diag(np.arange(N, dtype=np.float64) - 1)
     tile = 3 if (N // mesh.size) % 3 else 7

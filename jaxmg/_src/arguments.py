@@ -4,6 +4,7 @@ the fix."""
 from __future__ import annotations
 
 import operator
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -188,3 +189,13 @@ def solve_dtype(b, dtype) -> np.dtype:
     """The dtype jax.scipy solves b against a factor of `dtype` in: both
     promoted together."""
     return _inexact_dtype(jnp.result_type(b.dtype, dtype))
+
+
+def user_stacklevel() -> int:
+    """The stacklevel of the first caller outside jaxmg, seen from the function
+    that warns (batching's vector_rhs and rank checks, JAXMg's syevd T_A):
+    the public routines reach it through wrappers of different depths."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("jaxmg."):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -4,13 +4,13 @@ so a distributed call meets once per element, in order)."""
 
 from __future__ import annotations
 
-import sys
 import warnings
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from jaxmg._src import arguments
 from jaxmg._src.placement import axis_names, explicit_spec
 
 
@@ -57,7 +57,7 @@ def _check_rank_promotion(batch_shapes):
                "message, or give the operands the same number of batch axes")
     if mode == "raise":
         raise ValueError(message)
-    warnings.warn(message, stacklevel=_user_frame())
+    warnings.warn(message, stacklevel=arguments.user_stacklevel())
 
 
 def _batch_axes_sharded_alike(args, k: int):
@@ -105,16 +105,6 @@ def vector_rhs(b, a_ndim: int, n: int, routine: str) -> bool:
             f"batch (batched 1D solves), a reading JAX has deprecated (it will read b as a "
             f"batch of ({n}, K) matrices); write {routine}(..., b[..., None]).squeeze(-1) to "
             "keep this meaning and silence this warning",
-            FutureWarning, stacklevel=_user_frame())
+            FutureWarning, stacklevel=arguments.user_stacklevel())
         return True
     return False
-
-
-def _user_frame() -> int:
-    """The stacklevel of the first caller outside jaxmg, seen from the function
-    that warns (vector_rhs, _check_rank_promotion):
-    the public routines reach it through wrappers of different depths."""
-    frame, level = sys._getframe(2), 2
-    while frame is not None and frame.f_globals.get("__name__", "").startswith("jaxmg."):
-        frame, level = frame.f_back, level + 1
-    return level

@@ -14,13 +14,14 @@ instead)."""
 from __future__ import annotations
 
 import functools
+import math
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, peer_calls
-from jaxmg._src.placement import inside_shard_map, resolve_placement
+from jaxmg._src import arguments, peer_calls, sharding
+from jaxmg._src.placement import Placement, inside_shard_map, resolve_placement
 
 
 def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
@@ -28,10 +29,20 @@ def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
     tile = peer_calls.check_tile(routine, T_A)
     shape = getattr(a, "shape", (0,))
     rows = shape[0]
-    if not arguments.check_flag(pad, "pad") or rows < 1 or len(shape) != 2 or shape[1] % rows:
-        return tile, 0  # (the routine refuses a that is no row block)
+    if not arguments.check_flag(pad, "pad") or rows < 1 or len(shape) != 2:
+        return tile, 0
+    try:
+        axis = resolve_placement(a, None, None, row_blocks=True).axis
+    except ValueError:
+        return tile, 0  # the routine says why
+    if shape[1] != rows * math.prod(jax.lax.axis_size(x) for x in _names(axis)):
+        return tile, 0  # no row block: the routine refuses it
     tile = min(tile, rows)
     return tile, -rows % tile
+
+
+def _names(axis):
+    return axis if isinstance(axis, tuple) else (axis,)
 
 
 def pad_matrix(a, extra: int):
@@ -73,42 +84,72 @@ def unpad_matrix(a, rows: int, n: int):
 # --------------------------------------------------------------------------
 
 
-def potrs_through_blocks(a, b, **ours):
-    """potrs's JAXMg call form where its tile needs padded blocks, else None."""
-    found = _blocks_layout(a, ours)
+def potrs_through_blocks(a, b, *, fallback, **ours):
+    """potrs's JAXMg call form where its tile needs padded blocks, else None.
+    fallback(a, b): jaxmg's own potrs with the same options, which gives the
+    derivatives (the blocks call the engine directly)."""
+    found = _blocks_layout((a, b), ours)
     if found is None or getattr(b, "ndim", 0) not in (1, 2) or b.shape[0] != a.shape[0]:
         return None
-    x, status = _through_blocks("potrs", *found)(a, b)
-    return (x, status[0]) if ours.get("return_info") else x
+    mesh, axis, tile = found
+    b_rows = _rows_of(b, axis)
+    blocks = _through_blocks("potrs", mesh, axis, tile, b_rows)
+    x, status = _differentiable(blocks, fallback)(a, b)
+    return (x, status) if ours.get("return_info") else x
 
 
-def potri_through_blocks(a, **ours):
+def potri_through_blocks(a, *, fallback, **ours):
     """potri's JAXMg call form where its tile needs padded blocks, else None."""
-    found = _blocks_layout(a, ours)
+    found = _blocks_layout((a,), ours)
     if found is None:
         return None
-    inverse, status = _through_blocks("potri", *found)(a)
-    return (inverse, status[0]) if ours.get("return_info") else inverse
+    blocks = _through_blocks("potri", *found, False)
+    inverse, status = _differentiable(blocks, fallback)(a)
+    return (inverse, status) if ours.get("return_info") else inverse
 
 
-def _blocks_layout(a, ours):
+def _differentiable(blocks, fallback):
+    """blocks, with fallback's derivatives (and its values under them)."""
+
+    def with_status(*arrays):
+        out = fallback(*arrays, return_info=True)
+        return out[0], peer_calls.cusolver_status(out[-1])
+
+    @jax.custom_jvp
+    def routine(*arrays):
+        out, status = blocks(*arrays)
+        return out, status[0]
+
+    @routine.defjvp
+    def _(primals, tangents):
+        return jax.jvp(with_status, primals, tangents)
+
+    return routine
+
+
+def _blocks_layout(arrays, ours):
     """(mesh, row axis, tile) where a's rows lie whole on each device of one
     mesh axis and the tile does not divide them; None otherwise."""
+    a = arrays[0]
     if set(ours) - {"tile_size", "mesh", "spec", "return_info", "donate", "backend"}:
         return None
     if ours.get("backend", "auto") not in ("auto", "jaxmg") or inside_shard_map():
         return None
     if getattr(a, "ndim", 0) != 2 or a.shape[0] != a.shape[1] or ours.get("tile_size") is None:
         return None
-    sharding = getattr(a, "sharding", None)
-    mesh = ours.get("mesh") or getattr(sharding, "mesh", None)
-    spec = ours.get("spec") or getattr(sharding, "spec", None)
+    own = getattr(a, "sharding", None)
+    mesh = ours.get("mesh") or getattr(own, "mesh", None)
+    spec = ours.get("spec") or getattr(own, "spec", None)
     if not isinstance(mesh, jax.sharding.Mesh) or not isinstance(spec, P) or len(spec) < 1:
         return None
     axis = spec[0]
     if (not isinstance(axis, str) or any(e is not None for e in spec[1:])
             or axis not in mesh.axis_names or mesh.shape[axis] != mesh.size or mesh.size < 2):
         return None
+    devices = set(mesh.devices.flat)
+    if any(isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+           and set(x.sharding.device_set) != devices and x.committed for x in arrays):
+        return None  # jaxmg's own path says where the arrays should be
     n = a.shape[0]
     if n % mesh.size:
         return None
@@ -117,17 +158,42 @@ def _blocks_layout(a, ours):
     return (mesh, axis, tile) if rows % tile else None
 
 
+def _rows_of(b, axis: str) -> bool:
+    """Whether b (not traced) is row-sharded over `axis`: x comes back so."""
+    if isinstance(b, jax.core.Tracer) or not isinstance(b, jax.Array):
+        return False
+    spec = getattr(b.sharding, "spec", None)
+    return isinstance(spec, P) and len(spec) > 0 and spec[0] == axis and b.ndim == 2 and all(
+        e is None for e in spec[1:])
+
+
 @functools.lru_cache(maxsize=64)
-def _through_blocks(routine: str, mesh, axis: str, tile: int):
-    """The jitted shard_map of JAXMg's in-block routine, padding on."""
+def _through_blocks(routine: str, mesh, axis: str, tile: int, rows_out: bool):
+    """The jitted shard_map (over `axis` alone) of JAXMg's in-block routine,
+    padding on."""
     from jaxmg._src import shardmap_ctx  # it imports the routines that import this
 
     rows = P(axis, None)
     if routine == "potrs":
-        body, in_specs, out_specs = (lambda a, b: shardmap_ctx.potrs_shardmap_ctx(a, b, tile, True),
-                                     (rows, P()), (P(), P()))
+        def body(a, b):
+            x, status = shardmap_ctx.potrs_shardmap_ctx(a, b, tile, True)
+            if rows_out:
+                x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis) * a.shape[0],
+                                                 a.shape[0])
+            return x, status
+
+        in_specs, out_specs = (rows, P()), (rows if rows_out else P(), P())
     else:
-        body, in_specs, out_specs = (lambda a: shardmap_ctx.potri_shardmap_ctx(a, tile, True),
-                                     (rows,), (rows, P()))
-    return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                                 check_vma=False))
+        def body(a):
+            return shardmap_ctx.potri_shardmap_ctx(a, tile, True)
+
+        in_specs, out_specs = (rows,), (rows, P())
+    blocks = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                           axis_names=frozenset({axis}), check_vma=False)
+    placement = Placement(mesh, axis, manual=False)
+
+    def laid_out(*arrays):  # shard_map takes explicitly sharded arrays only as in_specs
+        return blocks(*(sharding.constrain(x, placement, spec)
+                        for x, spec in zip(arrays, in_specs)))
+
+    return jax.jit(laid_out)

@@ -91,7 +91,9 @@ def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False, pad
                     raise TypeError(f"jaxmg.{routine.__name__} has no return_logdet")
                 out = None
                 if padded is not None and pad and not logdet:
-                    out = padded(*args, **kwargs)
+                    fallback = functools.partial(routine, **{k: v for k, v in kwargs.items()
+                                                             if k != "return_info"})
+                    out = padded(*args, fallback=fallback, **kwargs)
                 if out is None:
                     out = (with_logdet if logdet else routine)(*args, **kwargs)
                 if cholesky_status and kwargs.get("return_info"):
@@ -221,7 +223,7 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
         if routine == "syevd" and given["T_A"] > SYEVD_MAX_T_A:
             warnings.warn(f"T_A has a maximum value of {SYEVD_MAX_T_A} for SyevdMg, received "
                           f"T_A={given['T_A']}, T_A is lowered to {SYEVD_MAX_T_A}",
-                          JaxMgWarning, stacklevel=4)
+                          JaxMgWarning, stacklevel=arguments.user_stacklevel())
             given["T_A"] = SYEVD_MAX_T_A
     if "in_specs" in given:
         given["in_specs"] = _spec_of_a(routine, given["in_specs"])

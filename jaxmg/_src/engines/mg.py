@@ -44,7 +44,7 @@ def padded_size(n: int, n_devices: int, tile: int) -> int:
 
 
 def block_tile(rows: int, requested: int | None) -> int:
-    """The tile of local blocks inside shard_map, where rows cannot be padded:
+    """The tile of local blocks inside shard_map, where jaxmg does not pad rows:
     the largest divisor of the local rows up to the default, or the tile
     asked for (capped at the rows, as outside it is capped at N / devices),
     which must divide them: another tile would give other roundings than the
@@ -55,9 +55,10 @@ def block_tile(rows: int, requested: int | None) -> int:
     if rows % requested:
         divisors = [t for t in range(1, rows + 1) if rows % t == 0]
         raise ValueError(
-            f"jaxmg: inside shard_map tile_size must divide this device's {rows} rows (blocks "
-            f"cannot be padded there); {requested} does not. Use one of {divisors}, or leave "
-            "tile_size out"
+            f"jaxmg: inside shard_map tile_size must divide this device's {rows} rows; "
+            f"{requested} does not. Use one of {divisors}, leave tile_size out, or (potrs, "
+            "potri) call potrs_shardmap_ctx / potri_shardmap_ctx with pad=True, which pad "
+            "each device's block to a multiple of the tile"
         )
     return requested
 
