@@ -60,8 +60,8 @@ def check_square(a, placement: Placement, name: str = "a") -> int:
                 f"block, got shape {tuple(a.shape)}"
             )
     elif rows != cols:
-        raise arguments.ShapeError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)}"
-                                   f"{arguments.shard_map_hint()}")
+        raise arguments.ShapeError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)} "
+                                   f"(it must have shape [..., n, n]){arguments.shard_map_hint()}")
     return int(cols)
 
 
