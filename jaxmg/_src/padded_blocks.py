@@ -79,31 +79,49 @@ def unpad_matrix(a, rows: int, n: int):
     return a[:rows].reshape(rows, n // rows, padded)[:, :, :rows].reshape(rows, n)
 
 
+def potrs_blocks(potrs, a, b, tile: int, extra: int):
+    """(x, info) of jaxmg's potrs (passed in) on a's padded row block."""
+    rows, n = a.shape
+    if not extra:
+        return potrs(a, b, tile_size=tile, return_info=True)
+    x, info = potrs(pad_matrix(a, extra), pad_rhs(b, rows, n, extra), tile_size=tile,
+                    return_info=True)
+    return unpad_rhs(x, rows, n, extra), info
+
+
+def potri_blocks(potri, a, tile: int, extra: int):
+    """(this device's rows of A^-1, info) of jaxmg's potri on the padded block."""
+    if not extra:
+        return potri(a, tile_size=tile, return_info=True)
+    inverse, info = potri(pad_matrix(a, extra), tile_size=tile, return_info=True)
+    return unpad_matrix(inverse, *a.shape), info
+
+
 # --------------------------------------------------------------------------
 # JAXMg's call forms outside shard_map, through the same blocks
 # --------------------------------------------------------------------------
 
 
-def potrs_through_blocks(a, b, *, fallback, **ours):
+def potrs_through_blocks(a, b, *, routine, fallback, **ours):
     """potrs's JAXMg call form where its tile needs padded blocks, else None.
-    fallback(a, b): jaxmg's own potrs with the same options, which gives the
-    derivatives (the blocks call the engine directly)."""
+    routine: jaxmg's potrs; fallback(a, b): it with these options, which
+    gives the derivatives (the blocks call the engine directly)."""
     found = _blocks_layout((a, b), ours)
     if found is None or getattr(b, "ndim", 0) not in (1, 2) or b.shape[0] != a.shape[0]:
         return None
     mesh, axis, tile = found
     b_rows = _rows_of(b, axis)
-    blocks = _through_blocks("potrs", mesh, axis, tile, b_rows)
+    blocks = _through_blocks(routine, mesh, axis, tile, b_rows)
     x, status = _differentiable(blocks, fallback)(a, b)
     return (x, status) if ours.get("return_info") else x
 
 
-def potri_through_blocks(a, *, fallback, **ours):
+def potri_through_blocks(a, *, routine, fallback, **ours):
     """potri's JAXMg call form where its tile needs padded blocks, else None."""
     found = _blocks_layout((a,), ours)
     if found is None:
         return None
-    blocks = _through_blocks("potri", *found, False)
+    blocks = _through_blocks(routine, *found, False)
     inverse, status = _differentiable(blocks, fallback)(a)
     return (inverse, status) if ours.get("return_info") else inverse
 
@@ -168,24 +186,23 @@ def _rows_of(b, axis: str) -> bool:
 
 
 @functools.lru_cache(maxsize=64)
-def _through_blocks(routine: str, mesh, axis: str, tile: int, rows_out: bool):
-    """The jitted shard_map (over `axis` alone) of JAXMg's in-block routine,
-    padding on."""
-    from jaxmg._src import shardmap_ctx  # it imports the routines that import this
-
+def _through_blocks(routine, mesh, axis: str, tile: int, rows_out: bool):
+    """The jitted shard_map (over `axis` alone) of jaxmg's potrs or potri
+    (`routine`) on padded row blocks, with JAXMg's status."""
     rows = P(axis, None)
-    if routine == "potrs":
+    if routine.__name__ == "potrs":
         def body(a, b):
-            x, status = shardmap_ctx.potrs_shardmap_ctx(a, b, tile, True)
+            x, info = potrs_blocks(routine, a, b, *plan("potrs", a, tile, True))
             if rows_out:
                 x = jax.lax.dynamic_slice_in_dim(x, jax.lax.axis_index(axis) * a.shape[0],
                                                  a.shape[0])
-            return x, status
+            return x, peer_calls.cusolver_status(info[None])
 
         in_specs, out_specs = (rows, P()), (rows if rows_out else P(), P())
     else:
         def body(a):
-            return shardmap_ctx.potri_shardmap_ctx(a, tile, True)
+            inverse, info = potri_blocks(routine, a, *plan("potri", a, tile, True))
+            return inverse, peer_calls.cusolver_status(info[None])
 
         in_specs, out_specs = (rows,), (rows, P())
     blocks = jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,

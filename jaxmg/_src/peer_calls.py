@@ -93,7 +93,7 @@ def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False, pad
                 if padded is not None and pad and not logdet:
                     fallback = functools.partial(routine, **{k: v for k, v in kwargs.items()
                                                              if k != "return_info"})
-                    out = padded(*args, fallback=fallback, **kwargs)
+                    out = padded(*args, routine=routine, fallback=fallback, **kwargs)
                 if out is None:
                     out = (with_logdet if logdet else routine)(*args, **kwargs)
                 if cholesky_status and kwargs.get("return_info"):

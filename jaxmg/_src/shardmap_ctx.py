@@ -51,14 +51,10 @@ def potrs_shardmap_ctx(a, b, T_A, *args, **kwargs):  # noqa: N803 (JAXMg's names
 
 def _potrs_in_block(a, b, T_A, pad=True):  # noqa: N803
     tile, extra = padded_blocks.plan("potrs_shardmap_ctx", a, T_A, pad)
-    if not extra:
-        x, info = potrs(a, b, tile_size=tile, return_info=True)
-        return x, peer_calls.cusolver_status(info[None])
-    peer_calls.check_arrays("potrs_shardmap_ctx", a, b)
-    rows, n = a.shape
-    x, info = potrs(padded_blocks.pad_matrix(a, extra), padded_blocks.pad_rhs(b, rows, n, extra),
-                    tile_size=tile, return_info=True)
-    return padded_blocks.unpad_rhs(x, rows, n, extra), peer_calls.cusolver_status(info[None])
+    if extra:
+        peer_calls.check_arrays("potrs_shardmap_ctx", a, b)
+    x, info = padded_blocks.potrs_blocks(potrs, a, b, tile, extra)
+    return x, peer_calls.cusolver_status(info[None])
 
 
 def _potrs_whole(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
@@ -75,13 +71,10 @@ def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
     the whole inverse it leaves it as it is), and the status, as potrs's
     (JAXMg's 1.x releases have no potri)."""
     tile, extra = padded_blocks.plan("potri_shardmap_ctx", a, T_A, pad)
-    if not extra:
-        inverse, info = potri(a, tile_size=tile, return_info=True)
-        return inverse, peer_calls.cusolver_status(info[None])
-    peer_calls.check_arrays("potri_shardmap_ctx", a)
-    inverse, info = potri(padded_blocks.pad_matrix(a, extra), tile_size=tile, return_info=True)
-    return (padded_blocks.unpad_matrix(inverse, *a.shape),
-            peer_calls.cusolver_status(info[None]))
+    if extra:
+        peer_calls.check_arrays("potri_shardmap_ctx", a)
+    inverse, info = padded_blocks.potri_blocks(potri, a, tile, extra)
+    return inverse, peer_calls.cusolver_status(info[None])
 
 
 def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803
