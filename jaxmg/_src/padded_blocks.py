@@ -14,7 +14,6 @@ instead)."""
 from __future__ import annotations
 
 import functools
-import math
 
 import jax
 import jax.numpy as jnp
@@ -35,14 +34,10 @@ def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
         axis = resolve_placement(a, None, None, row_blocks=True).axis
     except ValueError:
         return tile, 0  # the routine says why
-    if shape[1] != rows * math.prod(jax.lax.axis_size(x) for x in _names(axis)):
+    if shape[1] != rows * jax.lax.axis_size(axis):
         return tile, 0  # no row block: the routine refuses it
     tile = min(tile, rows)
     return tile, -rows % tile
-
-
-def _names(axis):
-    return axis if isinstance(axis, tuple) else (axis,)
 
 
 def pad_matrix(a, extra: int):

@@ -8,8 +8,9 @@ and solve general systems by ``lu_solve(a, b, T_A, mesh, matrix_specs)``, a
 matrix where jax.scipy's lu_solve takes a factor. The same calls run here,
 each name mapped to jaxmg's option. jaxmg lays out any N itself; ``pad``
 matters only where T_A does not divide each device's rows, where potrs and
-potri pad each row block as JAXMg does (padded_blocks.py). The status of potrs and potri is JAXMg's too: 0, or 7 where the
-matrix is not positive definite (jaxmg's own return_info gives LAPACK's info).
+potri pad each row block as JAXMg does (padded_blocks.py). The status of
+potrs and potri is JAXMg's too: 0, or 7 where the matrix is not positive
+definite (jaxmg's own return_info gives LAPACK's info).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, config
+from jaxmg._src.engines import mg
 from jaxmg._src.placement import inside_shard_map
 
 # The parameters after the arrays, in JAXMg 0.0.8's positional order.
@@ -38,11 +40,6 @@ CUSOLVER_INTERNAL_ERROR = 7
 
 _OURS = {"T_A": "tile_size", "in_specs": "spec", "return_status": "return_info",
          "return_eigenvectors": "compute_vectors", "mesh": "mesh", "donate": "donate"}
-
-
-# cusolverMgSyevd's widest tile: JAXMg 0.0.8's syevd lowers a wider T_A to it
-# with a warning, and its syevd_shardmap_ctx refuses one.
-SYEVD_MAX_T_A = 1024
 
 
 class JaxMgWarning(UserWarning):
@@ -91,8 +88,7 @@ def accepts_peer_calls(arrays: int, with_logdet=None, cholesky_status=False, pad
                     raise TypeError(f"jaxmg.{routine.__name__} has no return_logdet")
                 out = None
                 if padded is not None and pad and not logdet:
-                    fallback = functools.partial(routine, **{k: v for k, v in kwargs.items()
-                                                             if k != "return_info"})
+                    fallback = functools.partial(routine, **kwargs)
                     out = padded(*args, routine=routine, fallback=fallback, **kwargs)
                 if out is None:
                     out = (with_logdet if logdet else routine)(*args, **kwargs)
@@ -220,11 +216,12 @@ def _as_ours(routine: str, names, arrays: int, args, kwargs):
         arguments.check_flag(given.pop("pad"), "pad")
     if "T_A" in given:
         given["T_A"] = check_tile(routine, given["T_A"])
-        if routine == "syevd" and given["T_A"] > SYEVD_MAX_T_A:
-            warnings.warn(f"T_A has a maximum value of {SYEVD_MAX_T_A} for SyevdMg, received "
-                          f"T_A={given['T_A']}, T_A is lowered to {SYEVD_MAX_T_A}",
+        widest = mg.GPU_SYEVD_MAX_TILE  # JAXMg 0.0.8 lowers a wider T_A, with a warning
+        if routine == "syevd" and given["T_A"] > widest:
+            warnings.warn(f"T_A has a maximum value of {widest} for SyevdMg, received "
+                          f"T_A={given['T_A']}, T_A is lowered to {widest}",
                           JaxMgWarning, stacklevel=arguments.user_stacklevel())
-            given["T_A"] = SYEVD_MAX_T_A
+            given["T_A"] = widest
     if "in_specs" in given:
         given["in_specs"] = _spec_of_a(routine, given["in_specs"])
     for name, value in given.items():

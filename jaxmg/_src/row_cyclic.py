@@ -127,7 +127,7 @@ def _row_axis(in_specs):
     """The row axis of a's spec, read as JAXMg's in_specs (alone or in a list
     or tuple of one)."""
     spec = peer_calls.spec_of_a("cyclic_1d", None, in_specs)
-    if not isinstance(spec, P) or len(spec) != 2 or spec[0] is None or spec[1] is not None:
+    if not isinstance(spec, P) or len(spec) != 2:  # (spec_of_a refuses the other layouts)
         raise ValueError(f"jaxmg.cyclic_1d lays out a matrix whose rows are sharded, "
                          f"P(axis, None); got in_specs {in_specs!r}")
     return spec[0]

@@ -92,10 +92,10 @@ def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803
 
 
 def _syevd_in_block(a, T_A, return_eigenvectors=True, pad=True):  # noqa: N803
-    tile = _tile("syevd_shardmap_ctx", a, T_A, pad)
-    if peer_calls.check_tile("syevd_shardmap_ctx", T_A) > peer_calls.SYEVD_MAX_T_A:
+    if peer_calls.check_tile("syevd_shardmap_ctx", T_A) > mg.GPU_SYEVD_MAX_TILE:
         raise ValueError(f"jaxmg.syevd_shardmap_ctx: T_A has a maximum value of "
-                         f"{peer_calls.SYEVD_MAX_T_A} for SyevdMg, received T_A={T_A}")
+                         f"{mg.GPU_SYEVD_MAX_TILE} for SyevdMg, received T_A={T_A}")
+    tile = _tile("syevd_shardmap_ctx", a, T_A, pad)
     vectors = arguments.check_flag(return_eigenvectors, "return_eigenvectors")
     *out, info = syevd(a, compute_vectors=vectors, tile_size=tile, return_info=True)
     return (*out, info[None])
