@@ -421,6 +421,56 @@ def test_padded_row_blocks_give_the_same_numbers_inside_and_outside_shard_map(
     assert helpers.inverse_error(a, inv_in) <= helpers.tolerance(dtype, N, 100.0)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.complex64])
+@pytest.mark.parametrize("tile", [1, 3, 8])
+def test_on_one_device_both_call_forms_run_the_same_solver(rng, dtype, tile):
+    """On a mesh of one device, auto gives the whole matrix to JAX's solver
+    in JAXMg's call form outside shard_map; inside shard_map the block is
+    that whole matrix, and auto picks the same solver there, unpadded, so
+    both forms give the same numbers to the bit (JAXMg's float32 tests
+    compare them; cuSOLVERMg against JAX's solver differs by ~4e-5)."""
+    one = helpers.mesh(1)
+    n = 10
+    a = helpers.spd(rng, n, dtype)
+    b = helpers.random_matrix(rng, n, dtype, 1)
+    rows, whole = helpers.rows(a, one), helpers.replicated(b, one)
+    x_out = jax.jit(lambda a, b: jaxmg.potrs(a, b, tile, one, (SPEC, P(None, None))))(rows, whole)
+    x_in, status = inside(one, functools.partial(jaxmg.potrs_shardmap_ctx, T_A=tile),
+                          (SPEC, P(None, None)), (P(None, None), P(None)))(rows, whole)
+    np.testing.assert_array_equal(np.asarray(x_in), np.asarray(x_out))
+    assert int(status[0]) == 0
+    assert helpers.residual(a, x_in, b) <= helpers.tolerance(dtype, n, 100.0)
+    inv_out = jax.jit(lambda a: jaxmg.potri(a, tile, one, SPEC))(rows)
+    inv_in, _ = inside(one, functools.partial(jaxmg.potri_shardmap_ctx, T_A=tile),
+                       (SPEC,), (SPEC, P(None)))(rows)
+    np.testing.assert_array_equal(np.asarray(inv_in), np.asarray(inv_out))
+    w_out = jax.jit(lambda a: jaxmg.syevd(a, tile, one, SPEC, return_eigenvectors=False))(rows)
+    w_in, _ = inside(one, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=tile,
+                                            return_eigenvectors=False),
+                     (SPEC,), (P(None), P(None)))(rows)
+    np.testing.assert_array_equal(np.asarray(w_in), np.asarray(w_out))
+
+
+def test_inside_shard_map_backend_jax_takes_only_a_whole_matrix(rng, mesh):
+    """backend='jax' inside shard_map runs where an axis of one device holds
+    the whole matrix, and is refused, naming the fix, where the rows are
+    spread; backend='jaxmg' runs jaxmg's engine on one device too."""
+    a = helpers.spd(rng, N, np.float64)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    one = helpers.mesh(1)
+    for backend in ("jax", "jaxmg"):
+        x = inside(one, lambda a, b, backend=backend: jaxmg.potrs(a, b, backend=backend),
+                   (SPEC, P(None, None)), P(None, None))(helpers.rows(a, one),
+                                                         helpers.replicated(b, one))
+        assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, N, 10.0)
+    if mesh.size < 2:
+        pytest.skip("one device: no spread rows to refuse backend='jax' for")
+    with pytest.raises(ValueError, match="backend='jax' needs the whole matrix.*backend='auto'"):
+        inside(mesh, lambda a, b: jaxmg.potrs(a, b, backend="jax"),
+               (SPEC, P(None, None)), P(None, None))(helpers.rows(a, mesh),
+                                                     helpers.replicated(b, mesh))
+
+
 def test_padded_row_blocks_take_b_as_this_devices_rows_or_a_vector(rng, mesh):
     a = helpers.spd(rng, N, np.float64)
     b = helpers.random_matrix(rng, N, np.float64, 3)

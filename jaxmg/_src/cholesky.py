@@ -153,8 +153,8 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
             f"jaxmg: b must have shape ({n},) or ({n}, K) to match a's {n} rows, got {b.shape}"
         )
     arguments.check_same_dtype(b, dtype)
-    engine = dispatch.choose("potrs", n, placement, backend)
     if placement.manual:
+        engine = dispatch.choose("potrs", n, placement, backend, dtype.itemsize)
         vector = b.ndim == 1
         x, info = engine.potrs_blocks(a, b[:, None] if vector else b, placement, tile)
         x = x[:, 0] if vector else x
@@ -410,8 +410,8 @@ def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_inf
     arguments.check_dtype(a, "a", "cholesky")
     placement = resolve_placement(a, mesh, spec, "a", row_blocks=True)
     n = check_square(a, placement, "a")
-    engine = dispatch.choose("potri", n, placement, backend)
     if placement.manual:
+        engine = dispatch.choose("potri", n, placement, backend, a.dtype.itemsize)
         inv, info = engine.potri_blocks(a, placement, tile)
     elif donate:
         inv, info = _potri_donating(

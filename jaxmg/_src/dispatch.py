@@ -74,11 +74,7 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
         mp.check(placement, routine)
         return mp.ENGINE
     if placement.manual:
-        if backend == "jax":
-            raise ValueError(
-                "jaxmg: backend='jax' needs the whole matrix; inside shard_map use the default"
-            )
-        return mg.ENGINE
+        return _choose_for_blocks(routine, n, placement, backend, itemsize)
     platform = platform_of(placement)
     if platform == "cuda" and concrete_mesh(placement) is None:
         # Traced on explicit axes with no mesh in context: the GPUs' numbers,
@@ -113,6 +109,30 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
         if itemsize is None or _native_fits(routine, n, itemsize, placement):
             return native.ENGINE
     return mg.ENGINE
+
+
+def _choose_for_blocks(routine: str, n: int, placement: Placement, backend: str,
+                       itemsize: int | None) -> base.Engine:
+    """Inside the caller's shard_map. Where the row axis has one device its
+    block is the whole matrix: auto then picks what it picks for that
+    device's matrix outside shard_map, so that both call forms give the same
+    numbers (JAX's solver, unless it would not fit)."""
+    whole = placement.n_devices == 1
+    if backend == "jax" and not whole:
+        raise ValueError(
+            "jaxmg: backend='jax' needs the whole matrix, which inside shard_map only an axis "
+            "of one device holds; use backend='auto' (the default)"
+        )
+    if backend == "jax" or (backend == "auto" and whole and _block_fits(routine, n, placement,
+                                                                         itemsize)):
+        return native.ENGINE
+    return mg.ENGINE
+
+
+def _block_fits(routine: str, n: int, placement: Placement, itemsize: int | None) -> bool:
+    if itemsize is None or concrete_mesh(placement) is None:
+        return True  # no device to ask: as outside shard_map, unknown memory counts as room
+    return _native_fits(routine, n, itemsize, placement)
 
 
 def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> bool:

@@ -81,8 +81,8 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
     arguments.check_dtype(a, "a", "eigh")
     placement = resolve_placement(a, mesh, spec, "a", row_blocks=True)
     n = check_square(a, placement, "a")
-    engine = dispatch.choose("syevd", n, placement, backend)
     if placement.manual:
+        engine = dispatch.choose("syevd", n, placement, backend, a.dtype.itemsize)
         w, v, info = engine.syevd_blocks(a, placement, tile, vectors)
     elif donate:
         w, v, info = _syevd_donating(a, layout=dispatch.layout("syevd", n, placement, tile, backend,

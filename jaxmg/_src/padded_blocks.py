@@ -19,23 +19,29 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, peer_calls, sharding
+from jaxmg._src import arguments, dispatch, peer_calls, sharding
+from jaxmg._src.engines import native
 from jaxmg._src.placement import Placement, inside_shard_map, resolve_placement
 
 
 def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
-    """(tile, extra rows per device) for a device's row block a."""
+    """(tile, extra rows per device) for a device's row block a; the tile is
+    None where a is one device's whole matrix, which JAX's solver takes."""
     tile = peer_calls.check_tile(routine, T_A)
     shape = getattr(a, "shape", (0,))
     rows = shape[0]
     if not arguments.check_flag(pad, "pad") or rows < 1 or len(shape) != 2:
         return tile, 0
     try:
-        axis = resolve_placement(a, None, None, row_blocks=True).axis
+        placement = resolve_placement(a, None, None, row_blocks=True)
     except ValueError:
         return tile, 0  # the routine says why
-    if shape[1] != rows * jax.lax.axis_size(axis):
+    if shape[1] != rows * jax.lax.axis_size(placement.axis):
         return tile, 0  # no row block: the routine refuses it
+    engine = dispatch.choose(routine.removesuffix("_shardmap_ctx"), shape[1], placement, "auto",
+                             jnp.dtype(a.dtype).itemsize)
+    if engine is native.ENGINE:
+        return None, 0  # one device's whole matrix, for JAX's solver, which has no tiles
     tile = min(tile, rows)
     return tile, -rows % tile
 

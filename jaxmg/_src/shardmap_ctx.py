@@ -30,7 +30,7 @@ import numpy as np
 from jaxmg._src import arguments, padded_blocks, peer_calls, sharding
 from jaxmg._src.cholesky import potri, potrs
 from jaxmg._src.eigh import syevd
-from jaxmg._src.engines import mg
+from jaxmg._src.engines import base, mg
 from jaxmg._src.lu import lu_solve
 from jaxmg._src.placement import inside_shard_map
 from jaxmg._src.polar import gesvd
@@ -145,7 +145,7 @@ def _tile(routine: str, a, T_A, pad):  # noqa: N803
     rows = getattr(a, "shape", (0,))[0]
     if not arguments.check_flag(pad, "pad") or rows < 1:
         return tile
-    return mg.largest_divisor(rows, tile)
+    return base.largest_divisor(rows, tile)
 
 
 def _check_0_0_8_form(routine: str, extra_positional, kwargs, flags: int):

@@ -17,8 +17,33 @@ import jax.numpy as jnp
 
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import failures
+from jaxmg._src import config, failures
 from jaxmg._src.placement import Placement
+
+
+def block_tile(rows: int, requested: int | None) -> int:
+    """The tile of local blocks inside shard_map, where jaxmg does not pad rows:
+    the largest divisor of the local rows up to the default, or the tile
+    asked for (capped at the rows, as outside it is capped at N / devices),
+    which must divide them: another tile would give other roundings than the
+    same call outside shard_map."""
+    if requested is None:
+        return largest_divisor(rows, config.DEFAULT_TILE)
+    requested = min(requested, rows)
+    if rows % requested:
+        divisors = [t for t in range(1, rows + 1) if rows % t == 0]
+        raise ValueError(
+            f"jaxmg: inside shard_map tile_size must divide this device's {rows} rows; "
+            f"{requested} does not. Use one of {divisors}, leave tile_size out, or (potrs, "
+            "potri) call potrs_shardmap_ctx / potri_shardmap_ctx with pad=True, which pad "
+            "each device's block to a multiple of the tile"
+        )
+    return requested
+
+
+def largest_divisor(rows: int, up_to: int) -> int:
+    """The largest tile up to `up_to` that divides `rows` (>= 1)."""
+    return next(t for t in range(min(rows, up_to), 0, -1) if rows % t == 0)
 
 
 class Engine:

@@ -24,6 +24,25 @@ def _whole(x, placement):
     return sharding.constrain(x, placement, P())
 
 
+def _hermitian_inverse(factor, eye):
+    """A^-1 from A's upper Cholesky factor, exactly Hermitian as the engines'
+    inverses: the lower triangle mirrored, a real diagonal."""
+    inv = jsl.cho_solve((factor, False), eye)
+    lower = jnp.tril(inv, -1)
+    diagonal = jnp.real(jnp.diagonal(inv)).astype(inv.dtype)
+    return lower + jnp.conj(lower).mT + jnp.diag(diagonal)
+
+
+def _eigh_upper(a, vectors):
+    """(w, v or None) of the Hermitian matrix of a's upper triangle, read as
+    the lower one of a^H: JAX's default triangle, so the vectors match
+    jaxmg's LAPACK engine and JAX's own."""
+    a = jnp.conj(a).T
+    if vectors:
+        return jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
+    return jnp.linalg.eigvalsh(a, UPLO="L", symmetrize_input=False), None
+
+
 def _b_spec(layout, b_sharded):
     return P(layout.placement.axis, None) if b_sharded else P()
 
@@ -55,12 +74,7 @@ class Native(base.Engine):
             # on explicit mesh axes wants both operands of a triangular solve
             # so (jax 0.10). A factor that failed is NaN already.
             eye = eye + 0 * factor
-        inv = jsl.cho_solve((factor, False), eye)
-        # Exactly Hermitian, as the engines' inverses: the lower triangle
-        # mirrored, a real diagonal.
-        lower = jnp.tril(inv, -1)
-        diagonal = jnp.real(jnp.diagonal(inv)).astype(inv.dtype)
-        inv = lower + jnp.conj(lower).mT + jnp.diag(diagonal)
+        inv = _hermitian_inverse(factor, eye)
         return sharding.constrain_result(inv, layout.placement, layout.row_spec), info
 
     def lu(self, a, layout):
@@ -82,34 +96,37 @@ class Native(base.Engine):
         return base.slogdet_from(diag, swaps, lu.dtype)
 
     def syevd(self, a, layout, vectors):
-        # a's upper triangle, read as the lower one of a^H: JAX's default
-        # triangle, so the vectors match jaxmg's LAPACK engine and JAX's own.
-        a = jnp.conj(_whole(a, layout.placement)).T
+        w, v = _eigh_upper(_whole(a, layout.placement), vectors)
         if vectors:
-            w, v = jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
             v = sharding.constrain_result(v, layout.placement, P(None, layout.placement.axis))
-        else:
-            w, v = jnp.linalg.eigvalsh(a, UPLO="L", symmetrize_input=False), None
         return w, v, _failed(w)
 
-    # Inside shard_map dispatch sends only an order-0 matrix here: its
-    # results are empty, and nothing fails.
+    # Inside shard_map dispatch sends a matrix here only where one device
+    # holds all of it (an axis of one device): the block is the matrix. The
+    # tile must still divide its rows, as on several devices.
     def potrs_blocks(self, a, b, placement, tile):
-        self._check_empty(a, "potrs")
-        return b, jnp.int32(0)
+        if a.shape[1] == 0:
+            return b, jnp.int32(0)
+        base.block_tile(a.shape[0], tile)
+        factor, _ = jsl.cho_factor(a, lower=False)
+        info = _failed(jnp.diagonal(factor))
+        return failures.nan_where_failed(jsl.cho_solve((factor, False), b), info), info
 
     def potri_blocks(self, a, placement, tile):
-        self._check_empty(a, "potri")
-        return a, jnp.int32(0)
+        if a.shape[1] == 0:
+            return a, jnp.int32(0)
+        base.block_tile(a.shape[0], tile)
+        factor, _ = jsl.cho_factor(a, lower=False)
+        info = _failed(jnp.diagonal(factor))
+        return _hermitian_inverse(factor, jnp.eye(a.shape[0], dtype=a.dtype)), info
 
     def syevd_blocks(self, a, placement, tile, vectors):
-        self._check_empty(a, "syevd")
-        w = jnp.zeros((0,), jnp.finfo(a.dtype).dtype)
-        return w, (a if vectors else None), jnp.int32(0)
-
-    def _check_empty(self, a, routine):
-        if a.shape[1] != 0:
-            raise self.missing(f"{routine} inside shard_map of a matrix of order {a.shape[1]}")
+        if a.shape[1] == 0:
+            w = jnp.zeros((0,), jnp.finfo(a.dtype).dtype)
+            return w, (a if vectors else None), jnp.int32(0)
+        base.block_tile(a.shape[0], tile)
+        w, v = _eigh_upper(a, vectors)
+        return w, (jnp.conj(v).T if vectors else None), _failed(w)
 
     def qr(self, a, placement):
         q, r = jnp.linalg.qr(_whole(a, placement), mode="reduced")
