@@ -293,3 +293,28 @@ def test_cholesky_derivative_along_a_tangent_that_is_not_hermitian(rng, dtype, f
         jitted = jax.jit(lambda a, t: jax.jvp(ours, (a,), (t,))[1])(placed_a, placed_t)
     dropin.assert_close(eager, expected, dtype)
     dropin.assert_close(jitted, expected, dtype)
+
+
+@pytest.mark.parametrize("kw", [dict(upper=False), dict(upper=True), dict(symmetrize_input=False)],
+                         ids=str)
+def test_an_eager_cholesky_compiles_one_program(rng, kw):
+    """An eager jnp-style cholesky of a new shape compiles one program, as
+    jnp's does: its symmetrization and triangle reads are compiled with the
+    factorisation, not one small program each (every compiled program keeps
+    memory mappings of its own, of which a process has a limited number)."""
+    mesh = dropin.mesh(2)
+    placed = dropin.place(dropin.spd(rng, 26, np.float64), ROWS, mesh)
+    compiled = []
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        got = jaxmg.cholesky(placed, **kw)
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)
+    np.testing.assert_allclose(got, jnp.linalg.cholesky(np.asarray(placed), **kw), rtol=1e-10,
+                               atol=1e-10)
+    assert len(compiled) <= 1  # none where an earlier test compiled it

@@ -311,9 +311,17 @@ def cholesky(a, lower=_LOWER_NOT_GIVEN, overwrite_a=False, check_finite=True, *,
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend)
     if layout.placement is BATCH_ELEMENT:  # JAX's solver takes it whole
         a = sharding.whole_element(a)
-    if symmetrize_input and layout.n:
+    return _cholesky_program(a, layout=layout, lower=lower, symmetrize=symmetrize_input,
+                             numpy_upper=numpy_style and not lower)
+
+
+@functools.partial(jax.jit, static_argnames=("layout", "lower", "symmetrize", "numpy_upper"))
+def _cholesky_program(a, *, layout: Layout, lower: bool, symmetrize: bool, numpy_upper: bool):
+    """One compiled program for the reads around the factorisation: called
+    eagerly, each would compile a program of its own per shape."""
+    if symmetrize and layout.n:
         a = (a + upper_read(a, True, layout)) / 2
-    if numpy_style and not lower:  # jnp reads the lower triangle, then gives L^H
+    if numpy_upper:  # jnp reads the lower triangle, then gives L^H
         return upper_read(_cholesky_matrix(upper_read(a, True, layout), layout=layout,
                                            lower=True), True, layout)
     return _cholesky_matrix(upper_read(a, lower, layout), layout=layout, lower=lower)
