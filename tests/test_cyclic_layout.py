@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+import helpers
 from jaxmg._src import cyclic
 from jaxmg._src.engines import mp
 from jaxmg._src.placement import Placement
@@ -29,7 +30,7 @@ MESHES = [
 
 
 def _placement(shape, names):
-    mesh = jax.make_mesh(shape, names, devices=jax.devices()[: int(np.prod(shape))])
+    mesh = jax.make_mesh(shape, names, devices=helpers.devices(int(np.prod(shape))))
     return Placement(mesh, names if len(names) > 1 else names[0], False)
 
 
@@ -110,7 +111,7 @@ def test_a_matrix_that_does_not_split_into_tiles_is_refused():
 
 
 def _spd_on_2x2(seed):
-    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+    mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(4))
     rng = np.random.default_rng(seed)
     g = rng.standard_normal((16, 16))
     return mesh, g @ g.T + 16 * np.eye(16), rng.standard_normal((16, 2))

@@ -309,7 +309,7 @@ def test_mp_polar_assembly(rng, fake_mp, dtype, side, shape):
 @pytest.mark.parametrize("shape", [(9, 4), (4, 9), (10, 10)], ids=str)
 def test_mp_engine_on_a_mesh_of_auto_axes(rng, fake_mp, shape):
     m = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
-                      devices=jax.devices()[:2])
+                      devices=helpers.devices(2))
     a = helpers.random_matrix(rng, shape[0], np.complex128, shape[1])
     u, s, vh, info = mp_engine(polar_mod._svd, helpers.put_rows(a, m), m, compute_uv=True, full=False)
     assert int(info) == 0
