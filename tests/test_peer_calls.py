@@ -423,12 +423,20 @@ def test_padded_row_blocks_give_the_same_numbers_inside_and_outside_shard_map(
 
 @pytest.mark.parametrize("dtype", [np.float32, np.complex64])
 @pytest.mark.parametrize("tile", [1, 3, 8])
-def test_on_one_device_both_call_forms_run_the_same_solver(rng, dtype, tile):
+def test_on_one_device_both_call_forms_run_the_same_solver(rng, monkeypatch, dtype, tile):
     """On a mesh of one device, auto gives the whole matrix to JAX's solver
     in JAXMg's call form outside shard_map; inside shard_map the block is
     that whole matrix, and auto picks the same solver there, unpadded, so
     both forms give the same numbers to the bit (JAXMg's float32 tests
     compare them; cuSOLVERMg against JAX's solver differs by ~4e-5)."""
+    from jaxmg._src.engines import native
+
+    ran = []
+    for method in ("potrs_blocks", "potri_blocks", "syevd_blocks"):
+        original = getattr(native.Native, method)
+        monkeypatch.setattr(native.Native, method,
+                            lambda self, *args, _f=original, _m=method: ran.append(_m) or
+                            _f(self, *args))
     one = helpers.mesh(1)
     n = 10
     a = helpers.spd(rng, n, dtype)
@@ -441,14 +449,45 @@ def test_on_one_device_both_call_forms_run_the_same_solver(rng, dtype, tile):
     assert int(status[0]) == 0
     assert helpers.residual(a, x_in, b) <= helpers.tolerance(dtype, n, 100.0)
     inv_out = jax.jit(lambda a: jaxmg.potri(a, tile, one, SPEC))(rows)
-    inv_in, _ = inside(one, functools.partial(jaxmg.potri_shardmap_ctx, T_A=tile),
-                       (SPEC,), (SPEC, P(None)))(rows)
+    inv_in, status = inside(one, functools.partial(jaxmg.potri_shardmap_ctx, T_A=tile),
+                            (SPEC,), (SPEC, P(None)))(rows)
     np.testing.assert_array_equal(np.asarray(inv_in), np.asarray(inv_out))
-    w_out = jax.jit(lambda a: jaxmg.syevd(a, tile, one, SPEC, return_eigenvectors=False))(rows)
-    w_in, _ = inside(one, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=tile,
-                                            return_eigenvectors=False),
-                     (SPEC,), (P(None), P(None)))(rows)
+    assert int(status[0]) == 0
+    w_out, v_out = jax.jit(lambda a: jaxmg.syevd(a, tile, one, SPEC))(rows)
+    w_in, vh_in, status = inside(one, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=tile),
+                                 (SPEC,), (P(None), SPEC, P(None)))(rows)
     np.testing.assert_array_equal(np.asarray(w_in), np.asarray(w_out))
+    np.testing.assert_array_equal(np.asarray(vh_in), np.asarray(v_out).conj().T)
+    assert int(status[0]) == 0
+    assert ran == ["potrs_blocks", "potri_blocks", "syevd_blocks"]
+
+
+@pytest.mark.parametrize("bad", ["inf on the diagonal", "nan above it"])
+def test_on_one_device_a_matrix_that_is_not_finite_fails_in_both_call_forms(bad):
+    """A NaN or Inf in the triangle read fails the call in both forms alike
+    on one device, with the same info (N + 1 where JAX's solver let it
+    through with a finite answer), status 7 and every result NaN."""
+    one = helpers.mesh(1)
+    a = 4.0 * np.eye(6)
+    a[(3, 3) if bad.startswith("inf") else (1, 2)] = np.inf if bad.startswith("inf") else np.nan
+    rows, whole = helpers.rows(a, one), helpers.replicated(np.ones((6, 1)), one)
+    x, info = jax.jit(lambda a, b: jaxmg.potrs(a, b, mesh=one, spec=SPEC, return_info=True))(
+        rows, whole)
+    x_in, status = inside(one, functools.partial(jaxmg.potrs_shardmap_ctx, T_A=2),
+                          (SPEC, P(None, None)), (P(None, None), P(None)))(rows, whole)
+    info_in = inside(one, lambda a, b: jaxmg.potrs(a, b, return_info=True)[1],
+                     (SPEC, P(None, None)), P())(rows, whole)
+    assert int(info) == int(info_in) != 0 and int(status[0]) == 7  # JAXMg's status
+    assert np.isnan(np.asarray(x)).all() and np.isnan(np.asarray(x_in)).all()
+    inverse, status = inside(one, functools.partial(jaxmg.potri_shardmap_ctx, T_A=2),
+                             (SPEC,), (SPEC, P(None)))(rows)
+    assert int(status[0]) == 7 and np.isnan(np.asarray(inverse)).all()
+    w, vh, status = inside(one, functools.partial(jaxmg.syevd_shardmap_ctx, T_A=2),
+                           (SPEC,), (P(None), SPEC, P(None)))(rows)
+    w_out = jax.jit(lambda a: jaxmg.syevd(a, 2, one, SPEC, return_eigenvectors=False,
+                                          return_status=True))(rows)
+    assert int(status[0]) == int(w_out[1]) != 0  # syevd's status is its info
+    assert np.isnan(np.asarray(w)).all() and np.isnan(np.asarray(vh)).all()
 
 
 def test_inside_shard_map_backend_jax_takes_only_a_whole_matrix(rng, mesh):

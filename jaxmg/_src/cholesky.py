@@ -107,11 +107,12 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
         when not given (required inside ``jit`` unless a mesh is set with
         ``jax.set_mesh``). Inside ``shard_map``, pass the local blocks.
       backend: "jaxmg" (the distributed solver), "jax" (JAX's own solver on
-        the replicated matrix), "mp" (cuSOLVERMp) or "auto": jaxmg on CPU; on
-        GPUs JAX for a one-device mesh or N below a measured crossover, else
-        jaxmg.
-      return_info: also return LAPACK's info: 0 on success, k > 0 if the
-        leading minor of order k is not positive definite.
+        the replicated matrix), "mp" (cuSOLVERMp) or "auto": JAX's solver
+        on a mesh (or inside shard_map, an axis) of one device, and on GPUs
+        below a measured crossover; else jaxmg.
+      return_info: also return the info: 0 on success; from jaxmg's engines
+        k > 0 if the leading minor of order k is not positive definite, from
+        JAX's solver 1; N + 1 for a NaN or Inf in the triangle read.
       donate: let jaxmg reuse a's buffer (a is deleted); saves one copy of A.
       precision: "highest" (the factorisation in a's precision) or "mixed"
         (float64/complex128 only: a Cholesky with BF16 tensor-core updates,

@@ -26,7 +26,8 @@ from jaxmg._src.placement import Placement, inside_shard_map, resolve_placement
 
 def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
     """(tile, extra rows per device) for a device's row block a; the tile is
-    None where a is one device's whole matrix, which JAX's solver takes."""
+    None where auto gives a to JAX's solver (one device's whole matrix, where
+    it fits), which has no tiles."""
     tile = peer_calls.check_tile(routine, T_A)
     shape = getattr(a, "shape", (0,))
     rows = shape[0]
@@ -41,7 +42,7 @@ def plan(routine: str, a, T_A, pad):  # noqa: N803 (JAXMg's name)
     engine = dispatch.choose(routine.removesuffix("_shardmap_ctx"), shape[1], placement, "auto",
                              jnp.dtype(a.dtype).itemsize)
     if engine is native.ENGINE:
-        return None, 0  # one device's whole matrix, for JAX's solver, which has no tiles
+        return None, 0
     tile = min(tile, rows)
     return tile, -rows % tile
 

@@ -24,6 +24,15 @@ def _whole(x, placement):
     return sharding.constrain(x, placement, P())
 
 
+def _checked_cholesky(a):
+    """(upper factor, info) of a whole matrix as the engines report it: N + 1
+    where a's upper triangle holds a NaN or Inf that the factorisation let
+    through."""
+    factor, _ = jsl.cho_factor(a, lower=False)
+    info = failures.with_finite_check(a, _failed(jnp.diagonal(factor)), a.shape[1], upper=True)
+    return factor, info
+
+
 def _hermitian_inverse(factor, eye):
     """A^-1 from A's upper Cholesky factor, exactly Hermitian as the engines'
     inverses: the lower triangle mirrored, a real diagonal."""
@@ -101,24 +110,26 @@ class Native(base.Engine):
             v = sharding.constrain_result(v, layout.placement, P(None, layout.placement.axis))
         return w, v, _failed(w)
 
-    # Inside shard_map dispatch sends a matrix here only where one device
-    # holds all of it (an axis of one device): the block is the matrix. The
-    # tile must still divide its rows, as on several devices.
+    # Inside shard_map dispatch sends a matrix here where one device holds
+    # all of it (an axis of one device: the block is the matrix), and any
+    # matrix of order 0. Results, info and NaN on failure are as outside
+    # shard_map, so that both call forms give the same bits. The tile must
+    # still divide the rows: the same code must not start failing when run
+    # on several devices.
     def potrs_blocks(self, a, b, placement, tile):
         if a.shape[1] == 0:
             return b, jnp.int32(0)
         base.block_tile(a.shape[0], tile)
-        factor, _ = jsl.cho_factor(a, lower=False)
-        info = _failed(jnp.diagonal(factor))
+        factor, info = _checked_cholesky(a)
         return failures.nan_where_failed(jsl.cho_solve((factor, False), b), info), info
 
     def potri_blocks(self, a, placement, tile):
         if a.shape[1] == 0:
             return a, jnp.int32(0)
         base.block_tile(a.shape[0], tile)
-        factor, _ = jsl.cho_factor(a, lower=False)
-        info = _failed(jnp.diagonal(factor))
-        return _hermitian_inverse(factor, jnp.eye(a.shape[0], dtype=a.dtype)), info
+        factor, info = _checked_cholesky(a)
+        inverse = _hermitian_inverse(factor, jnp.eye(a.shape[0], dtype=a.dtype))
+        return failures.nan_where_failed(inverse, info), info
 
     def syevd_blocks(self, a, placement, tile, vectors):
         if a.shape[1] == 0:
@@ -126,7 +137,9 @@ class Native(base.Engine):
             return w, (a if vectors else None), jnp.int32(0)
         base.block_tile(a.shape[0], tile)
         w, v = _eigh_upper(a, vectors)
-        return w, (jnp.conj(v).T if vectors else None), _failed(w)
+        info = failures.with_finite_check(a, _failed(w), a.shape[1], upper=True)
+        vh = failures.nan_where_failed(jnp.conj(v).T, info) if vectors else None
+        return failures.nan_where_failed(w, info), vh, info
 
     def qr(self, a, placement):
         q, r = jnp.linalg.qr(_whole(a, placement), mode="reduced")
