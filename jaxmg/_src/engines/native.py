@@ -24,34 +24,6 @@ def _whole(x, placement):
     return sharding.constrain(x, placement, P())
 
 
-def _checked_cholesky(a):
-    """(upper factor, info) of a whole matrix as the engines report it: N + 1
-    where a's upper triangle holds a NaN or Inf that the factorisation let
-    through."""
-    factor, _ = jsl.cho_factor(a, lower=False)
-    info = failures.with_finite_check(a, _failed(jnp.diagonal(factor)), a.shape[1], upper=True)
-    return factor, info
-
-
-def _hermitian_inverse(factor, eye):
-    """A^-1 from A's upper Cholesky factor, exactly Hermitian as the engines'
-    inverses: the lower triangle mirrored, a real diagonal."""
-    inv = jsl.cho_solve((factor, False), eye)
-    lower = jnp.tril(inv, -1)
-    diagonal = jnp.real(jnp.diagonal(inv)).astype(inv.dtype)
-    return lower + jnp.conj(lower).mT + jnp.diag(diagonal)
-
-
-def _eigh_upper(a, vectors):
-    """(w, v or None) of the Hermitian matrix of a's upper triangle, read as
-    the lower one of a^H: JAX's default triangle, so the vectors match
-    jaxmg's LAPACK engine and JAX's own."""
-    a = jnp.conj(a).T
-    if vectors:
-        return jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
-    return jnp.linalg.eigvalsh(a, UPLO="L", symmetrize_input=False), None
-
-
 def _b_spec(layout, b_sharded):
     return P(layout.placement.axis, None) if b_sharded else P()
 
@@ -83,7 +55,12 @@ class Native(base.Engine):
             # on explicit mesh axes wants both operands of a triangular solve
             # so (jax 0.10). A factor that failed is NaN already.
             eye = eye + 0 * factor
-        inv = _hermitian_inverse(factor, eye)
+        inv = jsl.cho_solve((factor, False), eye)
+        # Exactly Hermitian, as the engines' inverses: the lower triangle
+        # mirrored, a real diagonal.
+        lower = jnp.tril(inv, -1)
+        diagonal = jnp.real(jnp.diagonal(inv)).astype(inv.dtype)
+        inv = lower + jnp.conj(lower).mT + jnp.diag(diagonal)
         return sharding.constrain_result(inv, layout.placement, layout.row_spec), info
 
     def lu(self, a, layout):
@@ -105,41 +82,55 @@ class Native(base.Engine):
         return base.slogdet_from(diag, swaps, lu.dtype)
 
     def syevd(self, a, layout, vectors):
-        w, v = _eigh_upper(_whole(a, layout.placement), vectors)
+        # a's upper triangle, read as the lower one of a^H: JAX's default
+        # triangle, so the vectors match jaxmg's LAPACK engine and JAX's own.
+        a = jnp.conj(_whole(a, layout.placement)).T
         if vectors:
+            w, v = jnp.linalg.eigh(a, UPLO="L", symmetrize_input=False)
             v = sharding.constrain_result(v, layout.placement, P(None, layout.placement.axis))
+        else:
+            w, v = jnp.linalg.eigvalsh(a, UPLO="L", symmetrize_input=False), None
         return w, v, _failed(w)
 
     # Inside shard_map dispatch sends a matrix here where one device holds
     # all of it (an axis of one device: the block is the matrix), and any
-    # matrix of order 0. Results, info and NaN on failure are as outside
-    # shard_map, so that both call forms give the same bits. The tile must
-    # still divide the rows: the same code must not start failing when run
-    # on several devices.
+    # matrix of order 0. They run the whole-matrix methods above with the
+    # checks the routines make outside shard_map, so that both call forms
+    # give the same bits, info and NaN on failure.
     def potrs_blocks(self, a, b, placement, tile):
-        if a.shape[1] == 0:
+        layout = self._whole_block(a, placement, tile)
+        if layout is None:
             return b, jnp.int32(0)
-        base.block_tile(a.shape[0], tile)
-        factor, info = _checked_cholesky(a)
-        return failures.nan_where_failed(jsl.cho_solve((factor, False), b), info), info
+        factor, info = self.cholesky(a, layout)
+        info = self.finite_info(a, info, layout, upper=True)
+        return self.cho_solve(factor, info, b, layout, b_sharded=False), info
 
     def potri_blocks(self, a, placement, tile):
-        if a.shape[1] == 0:
+        layout = self._whole_block(a, placement, tile)
+        if layout is None:
             return a, jnp.int32(0)
-        base.block_tile(a.shape[0], tile)
-        factor, info = _checked_cholesky(a)
-        inverse = _hermitian_inverse(factor, jnp.eye(a.shape[0], dtype=a.dtype))
+        inverse, info = self.potri(a, layout)
+        info = self.finite_info(a, info, layout, upper=True)
         return failures.nan_where_failed(inverse, info), info
 
     def syevd_blocks(self, a, placement, tile, vectors):
-        if a.shape[1] == 0:
+        layout = self._whole_block(a, placement, tile)
+        if layout is None:
             w = jnp.zeros((0,), jnp.finfo(a.dtype).dtype)
             return w, (a if vectors else None), jnp.int32(0)
-        base.block_tile(a.shape[0], tile)
-        w, v = _eigh_upper(a, vectors)
-        info = failures.with_finite_check(a, _failed(w), a.shape[1], upper=True)
+        w, v, info = self.syevd(a, layout, vectors)
+        info = self.finite_info(a, info, layout, upper=True)
         vh = failures.nan_where_failed(jnp.conj(v).T, info) if vectors else None
         return failures.nan_where_failed(w, info), vh, info
+
+    def _whole_block(self, a, placement, tile):
+        """The layout of one device's whole matrix, None for order 0. The
+        tile must still divide the rows: the same code must not start
+        failing when run on several devices."""
+        if a.shape[1] == 0:
+            return None
+        base.block_tile(a.shape[0], tile)
+        return base.layout(placement, a.shape[1], 0, self)
 
     def qr(self, a, placement):
         q, r = jnp.linalg.qr(_whole(a, placement), mode="reduced")
