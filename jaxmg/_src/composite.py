@@ -19,6 +19,7 @@ from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 from jaxmg._src import arguments, batching, failures, linalg, polar, sharding, triangular
+from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.placement import axis_names, explicit_spec
 from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
 
@@ -29,6 +30,8 @@ def svdvals(x, /, *, mesh=None, spec=None, backend="auto"):
     return polar.svd(x, compute_uv=False, mesh=mesh, spec=spec, backend=backend)
 
 
+@returns_ready_on_cpus
+@one_program("hermitian")
 def pinv(a, rtol=None, hermitian=False, *, rcond=None, mesh=None, spec=None, backend="auto"):
     """The Moore-Penrose pseudo-inverse of a (..., M, N), (..., N, M), like
     ``jnp.linalg.pinv``: singular values at most ``rtol`` times the largest
@@ -86,6 +89,8 @@ def _pinv_jvp(options, primals, tangents):
     return p, dp
 
 
+@returns_ready_on_cpus
+@one_program("hermitian")
 def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None,  # noqa: N803
                 backend="auto"):
     """The number of singular values of M (..., M, N) above rtol, like
@@ -107,6 +112,8 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None
     return jnp.sum(s > jnp.expand_dims(jnp.asarray(rtol), -1), axis=-1)
 
 
+@returns_ready_on_cpus
+@one_program("p")
 def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
     """The condition number of x (..., M, N) in norm p, like
     ``jnp.linalg.cond``: the ratio of the extreme singular values for p None,
@@ -133,6 +140,8 @@ def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
     return jnp.where(jnp.isnan(r) & ~jnp.isnan(x).any(axis=(-2, -1)), jnp.inf, r)
 
 
+@returns_ready_on_cpus
+@one_program("ord", "axis", "keepdims")
 def norm(x, ord=None, axis=None, keepdims=False, *, mesh=None, spec=None,  # noqa: A002
          backend="auto"):
     """Vector and matrix norms, like ``jnp.linalg.norm``; the matrix norms
@@ -184,6 +193,8 @@ def _matrix_axes(ndim: int, ord, axis):  # noqa: A002
     return tuple(a % ndim for a in axes)
 
 
+@returns_ready_on_cpus
+@one_program("n")
 def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
     """a (..., M, M) to the integer power n, like ``jnp.linalg.matrix_power``
     (repeated squaring; a negative n inverts a first, by :func:`jaxmg.inv`)."""
@@ -285,6 +296,8 @@ _THETA = {
 }
 
 
+@returns_ready_on_cpus
+@one_program("upper_triangular", "max_squarings")
 def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  # noqa: N803
          backend="auto"):
     """The matrix exponential of A (..., N, N), like ``jax.scipy.linalg.expm``:
@@ -310,6 +323,8 @@ def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  
     return _squared(r, squarings, max_squarings=max_squarings)
 
 
+@returns_ready_on_cpus
+@one_program("method", "compute_expm")
 def expm_frechet(A, E, *, method=None, compute_expm=True, mesh=None, spec=None,  # noqa: N803
                  backend="auto"):
     """The Frechet derivative of expm at A in the direction E (and expm(A)

@@ -23,10 +23,12 @@ when it is imported before JAX starts its CPU devices."""
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
@@ -57,12 +59,72 @@ def returns_ready_on_cpus(routine):
     return call
 
 
-def _on_cpus_of_this_process(x) -> bool:
-    return (
-        isinstance(x, jax.Array)
-        and not isinstance(x, jax.core.Tracer)
-        and _spans_cpus_of_this_process(x.sharding)
+def one_program(*static_argnames, when=None):
+    """Wraps a routine made of several programs (jaxmg's solvers and the
+    steps around them): called eagerly on a concrete matrix (its first
+    argument), it runs as one jitted program, as JAX's linalg functions do,
+    so that a new shape compiles one program, not one per step, and a call
+    dispatches once. The matrix's placement is read first, with an eager
+    call's checks, and handed to the program as mesh= and spec=: traced on
+    Auto axes, the matrix would say nothing of where it lies. A NumPy
+    matrix is put on the default device first, as jnp would. Traced
+    arguments, batches and calls that `when` (of the bound arguments)
+    refuses run step by step. static_argnames: the routine's options other
+    than mesh, spec and backend."""
+
+    statics = tuple(static_argnames) + ("mesh", "spec", "backend")
+
+    def wrap(routine):
+        signature = inspect.signature(routine)
+        program = jax.jit(routine, static_argnames=statics)
+
+        @functools.wraps(routine)
+        def call(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            named = bound.arguments
+            first = next(iter(named))
+            if isinstance(named[first], np.ndarray) and named[first].dtype.kind in "iufc":
+                named[first] = jnp.asarray(named[first])  # on the default device, as jnp's
+            a = named[first]
+            if not _whole(a, named, statics) or (when is not None and not when(named)):
+                return routine(*args, **kwargs)
+            where = placement.resolve_placement(a, named["mesh"], named["spec"])
+            if where.mesh is None or where.manual:
+                return routine(*args, **kwargs)
+            if named["spec"] is None and placement.explicit_spec(a) is None:
+                named["spec"] = P(where.axis, None)  # read as a's own spec is, inside
+            named["mesh"] = where.mesh
+            return program(*bound.args, **bound.kwargs)
+
+        return call
+
+    return wrap
+
+
+def _whole(a, named, statics) -> bool:
+    """An eager call on a concrete, live 2-D jax.Array whose other arguments
+    are arrays, numbers or None and whose options are hashable."""
+    if not (_concrete(a) and a.ndim == 2 and not a.is_deleted()):
+        return False
+    try:
+        hash(tuple(named[k] for k in statics if k in named))
+    except TypeError:  # an option of a type the routine's checks refuse
+        return False
+    dynamic = [v for k, v in named.items() if k not in statics]
+    return all(
+        isinstance(x, (np.ndarray, np.generic, int, float, complex))
+        or _concrete(x)
+        for x in jax.tree_util.tree_leaves(dynamic[1:])
     )
+
+
+def _concrete(x) -> bool:
+    return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
+
+
+def _on_cpus_of_this_process(x) -> bool:
+    return _concrete(x) and _spans_cpus_of_this_process(x.sharding)
 
 
 @functools.lru_cache(maxsize=256)
@@ -102,7 +164,8 @@ def _over_values(x) -> bool:
         if inner is None:
             return False
         x = inner
-    return True
+    # under jit the innermost is no value (jit's tracer keeps a variable in .val)
+    return _concrete(x) or isinstance(x, (np.ndarray, np.generic, int, float, complex))
 
 
 def _with_auto_axes(mesh: Mesh) -> Mesh:

@@ -24,7 +24,7 @@ from jaxmg._src import (
     sharding,
     triangular,
 )
-from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import (
     BATCH_ELEMENT,
@@ -102,6 +102,9 @@ UPLOS = (None, "L", "U")
 
 
 @returns_ready_on_cpus
+@one_program("UPLO", "symmetrize_input", "lower", "eigvals_only", "overwrite_a", "overwrite_b",
+             "turbo", "eigvals", "type", "check_finite", "tile_size", "on_failure",
+             when=lambda named: named["b"] is not None and named["on_failure"] == "nan")
 def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
          b=None, overwrite_a=False, overwrite_b=False, turbo=True, eigvals=None, type=1,
          check_finite=True, tile_size=None, mesh=None, spec=None, backend="auto",

@@ -19,7 +19,7 @@ import numpy as np
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, batching, dispatch, failures, sharding
-from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.engines import mp, native
 from jaxmg._src.placement import resolve_placement
 from jaxmg._src.sharding import adjoint, matmul_highest
@@ -40,6 +40,8 @@ def _matrix(a, primitive: str, name="a"):
 
 
 @returns_ready_on_cpus
+@one_program("numpy_resid", "return_info",
+             when=lambda named: not named["numpy_resid"])  # NumPy's residuals need the rank
 def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend="auto",
           return_info=False):
     """Least-squares solution of ``a @ x ~ b``, like ``jnp.linalg.lstsq``.

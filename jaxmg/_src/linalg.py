@@ -11,7 +11,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxmg._src import arguments, batching, cholesky, dispatch, failures, lu, operators, plans
-from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.placement import eager_key
 
@@ -115,6 +115,7 @@ def _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure, r
 
 
 @returns_ready_on_cpus
+@one_program("assume_a", "tile_size", "method")
 def slogdet(a, *, assume_a="gen", tile_size=None, mesh=None, spec=None, backend="auto",
             method=None):
     """(sign, log|det a|) like ``jnp.linalg.slogdet``; "pos" uses Cholesky.
@@ -158,6 +159,8 @@ def det(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=None, s
 
 
 @returns_ready_on_cpus
+@one_program("overwrite_a", "check_finite", "assume_a", "tile_size", "on_failure",
+             when=lambda named: named["on_failure"] == "nan")  # "raise" reads info eagerly
 def inv(a, overwrite_a=False, check_finite=True, *, assume_a="gen", tile_size=None, mesh=None,
         spec=None, backend="auto", on_failure="nan"):
     """a's inverse like ``jnp.linalg.inv``, row-sharded like a. "pos": the
