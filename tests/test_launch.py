@@ -166,7 +166,7 @@ def test_gpus_must_name_one_gpu_per_rank(tmp_path):
 def _alive(pid: int) -> bool:
     try:
         state = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone while read: ESRCH
         return False
     return state not in ("Z", "X")
 

@@ -252,7 +252,7 @@ def _free_port() -> int:
 def _alive(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone while read: ESRCH
         return False
     return state not in ("Z", "X")
 
