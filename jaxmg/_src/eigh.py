@@ -102,9 +102,6 @@ UPLOS = (None, "L", "U")
 
 
 @returns_ready_on_cpus
-@one_program("UPLO", "symmetrize_input", "lower", "eigvals_only", "overwrite_a", "overwrite_b",
-             "turbo", "eigvals", "type", "check_finite", "tile_size", "on_failure",
-             when=lambda named: named["b"] is not None and named["on_failure"] == "nan")
 def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
          b=None, overwrite_a=False, overwrite_b=False, turbo=True, eigvals=None, type=1,
          check_finite=True, tile_size=None, mesh=None, spec=None, backend="auto",
@@ -131,9 +128,10 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
     _check_problem(b, eigvals, type, UPLO, symmetrize_input)
     lower = arguments.check_flag(lower, "lower")
     if b is not None:
-        return _generalized(a, b, type, not arguments.check_flag(eigvals_only, "eigvals_only"),
-                            lower, dict(tile_size=tile_size, mesh=mesh, spec=spec,
-                                        backend=backend, on_failure=on_failure))
+        return _generalized_problem(a, b, type, not arguments.check_flag(eigvals_only,
+                                                                         "eigvals_only"),
+                                    lower, tile_size=tile_size, mesh=mesh, spec=spec,
+                                    backend=backend, on_failure=on_failure)
     if arguments.check_flag(eigvals_only, "eigvals_only"):
         return eigvalsh(a, UPLO if UPLO is not None else ("L" if lower else "U"),
                         symmetrize_input=symmetrize_input, tile_size=tile_size, mesh=mesh,
@@ -157,6 +155,15 @@ def _check_problem(b, eigvals, type_, uplo, symmetrize_input):
             "jaxmg: with b, eigh reads a and b whole, (x + x^H) / 2, as jax.scipy.linalg.eigh "
             "does: UPLO and symmetrize_input=False apply to the standard problem only"
         )
+
+
+@one_program("kind", "vectors", "lower", "tile_size", "on_failure",
+             when=lambda named: named["on_failure"] == "nan")
+def _generalized_problem(a, b, kind, vectors, lower, *, tile_size, mesh, spec, backend,
+                         on_failure):
+    return _generalized(a, b, kind, vectors, lower, dict(tile_size=tile_size, mesh=mesh,
+                                                         spec=spec, backend=backend,
+                                                         on_failure=on_failure))
 
 
 def _generalized(a, b, kind: int, vectors: bool, lower: bool, options: dict):
