@@ -51,12 +51,55 @@ def returns_ready_on_cpus(routine):
             onto = functools.partial(_onto, mesh=mesh)
             args = tuple(onto(x) for x in args)
             kwargs = {k: v if k == "mesh" else onto(v) for k, v in kwargs.items()}
-        out = routine(*args, **kwargs)
+        out = replicated_like_operands(routine(*args, **kwargs), args, kwargs)
         if any(_on_cpus_of_this_process(leaf) for leaf in jax.tree_util.tree_leaves(out)):
             jax.block_until_ready(out)
         return out
 
     return call
+
+
+def replicated_like_operands(out, args, kwargs):
+    """out, each array replicated where every operand is replicated on
+    explicit mesh axes: JAX types such results replicated, and the caller's
+    code after the call (indexing, slicing, dynamic slices) relies on it,
+    where jaxmg's distributed results would come typed sharded. Factors
+    (cho_factor's, lu_factor's) keep the layout their solves read."""
+    if not (isinstance(out, jax.Array) or type(out) is tuple or _named_tuple(out)):
+        return out
+    leaves = (out,) if isinstance(out, jax.Array) else tuple(out)
+    if not all(isinstance(x, jax.Array) for x in leaves) or not _replicated_operands(args, kwargs):
+        return out
+    leaves = tuple(_replicated(x) for x in leaves)
+    if isinstance(out, jax.Array):
+        return leaves[0]
+    return type(out)(*leaves) if _named_tuple(out) else leaves
+
+
+def _named_tuple(x) -> bool:
+    return isinstance(x, tuple) and hasattr(x, "_fields")
+
+
+def _replicated_operands(args, kwargs) -> bool:
+    """Every array operand typed replicated on explicit axes (at least one),
+    none batched by vmap, outside shard_map."""
+    operands = (args, {k: v for k, v in kwargs.items() if k not in ("mesh", "spec")})
+    arrays = [x for x in jax.tree_util.tree_leaves(operands)
+              if isinstance(x, jax.Array) and x.ndim > 0]
+    if not arrays or placement.inside_shard_map():
+        return False
+    for x in arrays:
+        typed = placement.explicit_spec(x)
+        if typed is None or any(e is not None for e in typed[1]) or placement.vmapped(x):
+            return False
+    return True
+
+
+def _replicated(x):
+    typed = placement.explicit_spec(x)
+    if typed is None or all(e is None for e in typed[1]):
+        return x
+    return jax.sharding.reshard(x, NamedSharding(typed[0], P()))
 
 
 def one_program(*static_argnames, when=None):
@@ -76,7 +119,11 @@ def one_program(*static_argnames, when=None):
 
     def wrap(routine):
         signature = inspect.signature(routine)
-        program = jax.jit(routine, static_argnames=statics)
+
+        def typed_like_jax(*args, **kwargs):
+            return replicated_like_operands(routine(*args, **kwargs), args, kwargs)
+
+        program = jax.jit(functools.wraps(routine)(typed_like_jax), static_argnames=statics)
 
         @functools.wraps(routine)
         def call(*args, **kwargs):

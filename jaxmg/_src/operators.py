@@ -64,7 +64,10 @@ def eye(layout: Layout, dtype):
     spec = layout.row_spec if sharded else P()
     if placement.manual or placement.mesh is None:
         return jnp.eye(layout.n, dtype=dtype), sharded
-    return _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)(), sharded
+    made = _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)()
+    # Traced, the maker's out_shardings lay it out but leave its type
+    # replicated (jax 0.10): on explicit axes the solve's result would follow.
+    return sharding.constrain(made, placement, spec), sharded
 
 
 @functools.lru_cache(maxsize=64)

@@ -167,6 +167,16 @@ def _underlying_sharding(x):
     return sharding.mesh, P(*_batch_entries(x, levels)[0])
 
 
+def vmapped(x) -> bool:
+    """Whether x is traced by vmap (eager or under jit): its type is then
+    one element's, and says nothing of how the batch is laid out."""
+    while isinstance(x, jax.core.Tracer):
+        if hasattr(x, "batch_dim"):
+            return True
+        x = getattr(x, "primal", None)
+    return False
+
+
 def whole_on_its_devices(x) -> bool:
     """Whether x lies whole where it is solved, one of many matrices: a
     device's own inside shard_map (or pmap), solved there as jax.scipy

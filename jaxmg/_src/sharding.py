@@ -60,12 +60,14 @@ def unpad(x, placement: Placement, n: int, dims: tuple[int, ...]):
 
 
 def _even(shape, placement: Placement, spec):
-    """spec, or P() where it would split a dimension unevenly: explicit
-    sharding allows no uneven shards, and neither does an eager array."""
+    """spec, or replicated where it would split a dimension unevenly:
+    explicit sharding allows no uneven shards, and neither does an eager
+    array. One entry per dimension: vmap of a product whose out_sharding
+    has fewer fails inside JAX (jax 0.10, an assertion in its batching)."""
     entries = tuple(spec) + (None,) * (len(shape) - len(spec))
     if any(e is not None and shape[d] % placement.n_devices for d, e in enumerate(entries)):
-        return P()
-    return spec
+        return P(*(None,) * len(shape))
+    return P(*entries)
 
 
 def constrain_result(x, placement: Placement, spec):
@@ -94,7 +96,7 @@ def constrain(x, placement: Placement, spec):
     if placement.manual or placement.mesh is None:
         return x
     even = _even(x.shape, placement, spec)
-    if even != spec and not is_explicit(placement):
+    if tuple(even) != tuple(spec) + (None,) * (x.ndim - len(spec)) and not is_explicit(placement):
         # Auto axes: an uneven split is refused by eager arrays, and by the
         # eager backward pass of jax.vjp where the constraint is transposed;
         # XLA places such a result.
