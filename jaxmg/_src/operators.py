@@ -65,9 +65,12 @@ def eye(layout: Layout, dtype):
     if placement.manual or placement.mesh is None:
         return jnp.eye(layout.n, dtype=dtype), sharded
     made = _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)()
-    # Traced, the maker's out_shardings lay it out but leave its type
-    # replicated (jax 0.10): on explicit axes the solve's result would follow.
-    return sharding.constrain(made, placement, spec), sharded
+    if isinstance(made, jax.core.Tracer):
+        # Traced, the maker's out_shardings lay it out but leave its type
+        # replicated (jax 0.10): on explicit axes the solve's result would
+        # follow. (A concrete one is typed by its sharding.)
+        made = sharding.constrain(made, placement, spec)
+    return made, sharded
 
 
 @functools.lru_cache(maxsize=64)
