@@ -83,6 +83,38 @@ def test_replicated_operands_give_replicated_results(rng, name, mode):
             if first.ndim >= 2 else jax.tree.leaves(want)[0][1]), rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.parametrize("name", ["inv", "matrix_power", "eigvalsh"])
+def test_a_replicated_batch_under_jit_of_vmap(rng, name):
+    """jit(vmap(f)) of a batch replicated on the mesh: the elements' results
+    come typed replicated, as JAX's, and the caller's dynamic slice works."""
+    mesh = dropin.mesh(DEVICES, "explicit")
+    batch = np.stack([_spd(rng), _spd(rng)])
+    ours = {"inv": mnl.inv, "matrix_power": lambda a: mnl.matrix_power(a, -2),
+            "eigvalsh": mnl.eigvalsh}[name]
+    theirs = {"inv": jnp.linalg.inv, "matrix_power": lambda a: jnp.linalg.matrix_power(a, -2),
+              "eigvalsh": jnp.linalg.eigvalsh}[name]
+
+    def sliced(f):
+        return jax.jit(lambda a, i: jax.lax.dynamic_slice_in_dim(jax.vmap(f)(a), i, 1, axis=1))
+
+    with jax.set_mesh(mesh):
+        placed = jax.device_put(batch, NamedSharding(mesh, P()))
+        got, want = sliced(ours)(placed, 1), sliced(theirs)(placed, 1)
+        assert _specs(got) == _specs(want), (_specs(got), _specs(want))
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-4, atol=1e-6)
+
+
+def test_a_named_spec_keeps_jaxmgs_layout(rng):
+    """A call that names its spec (or mesh) asks for jaxmg's layout: rows
+    sharded even where the operand is replicated."""
+    mesh = dropin.mesh(DEVICES, "explicit")
+    placed = jax.device_put(_general(rng), NamedSharding(mesh, P()))
+    with jax.set_mesh(mesh):
+        assert _specs(mnl.inv(placed)) == [(None, None)]
+        assert _specs(mnl.inv(placed, mesh=mesh, spec=P("x", None))) == [("x", None)]
+        assert _specs(mnl.svd(placed, spec=P("x", None))[0]) == [("x", None)]
+
+
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 def test_rows_sharded_stay_sharded(rng, mode):
     mesh = dropin.mesh(DEVICES, "explicit")

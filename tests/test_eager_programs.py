@@ -132,3 +132,17 @@ def test_step_by_step_where_a_program_cannot_serve(rng):
     x, resid, rank, s = jaxmg.lstsq(_place(a, "auto"), b, numpy_resid=True)
     assert int(rank) == 12 and resid.shape == (0,)  # square, full rank: NumPy gives none
     np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), atol=1e-10)
+
+
+def test_a_deleted_operand_is_named(rng):
+    """An operand an earlier donate=True call took is refused by its own
+    name, whichever argument it is."""
+    a, b = _general(rng, 8), _spd(rng, 8)
+    spent = jnp.asarray(b)
+    spent.delete()
+    with pytest.raises(ValueError, match="jaxmg: b was deleted"):
+        msl.eigh(jnp.asarray(a + a.T), spent)
+    spent = jnp.asarray(b[:, :2])
+    spent.delete()
+    with pytest.raises(ValueError, match="jaxmg: b was deleted"):
+        mnp.lstsq(jnp.asarray(a), spent)

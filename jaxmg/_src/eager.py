@@ -61,10 +61,25 @@ def returns_ready_on_cpus(routine):
 
 def replicated_like_operands(out, args, kwargs):
     """out, each array replicated where every operand is replicated on
-    explicit mesh axes: JAX types such results replicated, and the caller's
-    code after the call (indexing, slicing, dynamic slices) relies on it,
-    where jaxmg's distributed results would come typed sharded. Factors
-    (cho_factor's, lu_factor's) keep the layout their solves read."""
+    explicit mesh axes and the call names no mesh or spec: JAX types such
+    results replicated, and code written for JAX relies on it after the
+    call (indexing, slicing, dynamic slices), where jaxmg's distributed
+    results would come typed sharded. A call that names its mesh or spec
+    asks for jaxmg's layout and keeps it; factors (cho_factor's,
+    lu_factor's) keep the layout their solves read."""
+    if _names_a_layout(args, kwargs):
+        return out
+    return _replicated_where_operands_are(out, args, kwargs)
+
+
+def _names_a_layout(args, kwargs) -> bool:
+    """mesh= or spec= given, or a Mesh or PartitionSpec among the positional
+    arguments (JAXMg's call forms pass them so)."""
+    given = [kwargs.get("mesh"), kwargs.get("spec"), *args]
+    return any(isinstance(x, (Mesh, P)) for x in given)
+
+
+def _replicated_where_operands_are(out, args, kwargs):
     if not (isinstance(out, jax.Array) or type(out) is tuple or _named_tuple(out)):
         return out
     leaves = (out,) if isinstance(out, jax.Array) else tuple(out)
@@ -81,16 +96,16 @@ def _named_tuple(x) -> bool:
 
 
 def _replicated_operands(args, kwargs) -> bool:
-    """Every array operand typed replicated on explicit axes (at least one),
-    none batched by vmap, outside shard_map."""
+    """Every array operand typed replicated on explicit axes (at least one;
+    under vmap, the whole batch replicated), outside shard_map."""
     operands = (args, {k: v for k, v in kwargs.items() if k not in ("mesh", "spec")})
     arrays = [x for x in jax.tree_util.tree_leaves(operands)
               if isinstance(x, jax.Array) and x.ndim > 0]
     if not arrays or placement.inside_shard_map():
         return False
     for x in arrays:
-        typed = placement.explicit_spec(x)
-        if typed is None or any(e is not None for e in typed[1]) or placement.vmapped(x):
+        typed = placement.explicit_spec(placement.batched_value(x))
+        if typed is None or any(e is not None for e in typed[1]):
             return False
     return True
 
@@ -121,9 +136,11 @@ def one_program(*static_argnames, when=None):
         signature = inspect.signature(routine)
 
         def typed_like_jax(*args, **kwargs):
-            return replicated_like_operands(routine(*args, **kwargs), args, kwargs)
+            return _replicated_where_operands_are(routine(*args, **kwargs), args, kwargs)
 
-        program = jax.jit(functools.wraps(routine)(typed_like_jax), static_argnames=statics)
+        program = jax.jit(routine, static_argnames=statics)
+        typed_program = jax.jit(functools.wraps(routine)(typed_like_jax),
+                                static_argnames=statics)
 
         @functools.wraps(routine)
         def call(*args, **kwargs):
@@ -134,15 +151,18 @@ def one_program(*static_argnames, when=None):
             if isinstance(named[first], np.ndarray) and named[first].dtype.kind in "iufc":
                 named[first] = jnp.asarray(named[first])  # on the default device, as jnp's
             a = named[first]
+            for name, x in named.items():
+                placement.check_alive(x, name)
             if not _whole(a, named, statics) or (when is not None and not when(named)):
                 return routine(*args, **kwargs)
+            asked = _names_a_layout(args, kwargs)
             where = placement.resolve_placement(a, named["mesh"], named["spec"])
             if where.mesh is None or where.manual:
                 return routine(*args, **kwargs)
             if named["spec"] is None and placement.explicit_spec(a) is None:
                 named["spec"] = P(where.axis, None)  # read as a's own spec is, inside
             named["mesh"] = where.mesh
-            return program(*bound.args, **bound.kwargs)
+            return (program if asked else typed_program)(*bound.args, **bound.kwargs)
 
         return call
 

@@ -167,14 +167,18 @@ def _underlying_sharding(x):
     return sharding.mesh, P(*_batch_entries(x, levels)[0])
 
 
-def vmapped(x) -> bool:
-    """Whether x is traced by vmap (eager or under jit): its type is then
-    one element's, and says nothing of how the batch is laid out."""
-    while isinstance(x, jax.core.Tracer):
-        if hasattr(x, "batch_dim"):
-            return True
-        x = getattr(x, "primal", None)
-    return False
+def batched_value(x):
+    """The array vmap batches x from (eager or under jit), whose type holds
+    the batch's layout too; x itself where no vmap traces it."""
+    inner, batched = x, False
+    while isinstance(inner, jax.core.Tracer):
+        if hasattr(inner, "batch_dim") and hasattr(inner, "val"):
+            inner, batched = inner.val, True
+        elif getattr(inner, "primal", None) is not None:
+            inner = inner.primal
+        else:
+            break
+    return inner if batched else x
 
 
 def whole_on_its_devices(x) -> bool:
