@@ -170,9 +170,10 @@ def one_program(*static_argnames, when=None):
 
 
 def _whole(a, named, statics) -> bool:
-    """An eager call on a concrete, live 2-D jax.Array whose other arguments
-    are arrays, numbers or None and whose options are hashable."""
-    if not (_concrete(a) and a.ndim == 2 and not a.is_deleted()):
+    """An eager call on a concrete 2-D jax.Array (its caller refused a
+    deleted one) whose other arguments are arrays, numbers or None and whose
+    options are hashable."""
+    if not (placement.concrete(a) and a.ndim == 2):
         return False
     try:
         hash(tuple(named[k] for k in statics if k in named))
@@ -181,17 +182,13 @@ def _whole(a, named, statics) -> bool:
     dynamic = [v for k, v in named.items() if k not in statics]
     return all(
         isinstance(x, (np.ndarray, np.generic, int, float, complex))
-        or _concrete(x)
+        or placement.concrete(x)
         for x in jax.tree_util.tree_leaves(dynamic[1:])
     )
 
 
-def _concrete(x) -> bool:
-    return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
-
-
 def _on_cpus_of_this_process(x) -> bool:
-    return _concrete(x) and _spans_cpus_of_this_process(x.sharding)
+    return placement.concrete(x) and _spans_cpus_of_this_process(x.sharding)
 
 
 @functools.lru_cache(maxsize=256)
@@ -232,7 +229,7 @@ def _over_values(x) -> bool:
             return False
         x = inner
     # under jit the innermost is no value (jit's tracer keeps a variable in .val)
-    return _concrete(x) or isinstance(x, (np.ndarray, np.generic, int, float, complex))
+    return placement.concrete(x) or isinstance(x, (np.ndarray, np.generic, int, float, complex))
 
 
 def _with_auto_axes(mesh: Mesh) -> Mesh:

@@ -130,14 +130,16 @@ def _peel(x):
                 return levels, None
             levels.append((x.batch_dim, x.val))
             x = x.val
+        elif getattr(x, "primal", None) is not None:
+            x = x.primal
         else:
-            x = getattr(x, "primal", None)
+            break  # jit's tracer
     return levels, x
 
 
 def _concrete_named(x):
     """x's NamedSharding, for a concrete array that has one."""
-    sharding = getattr(x, "sharding", None) if _concrete(x) else None
+    sharding = getattr(x, "sharding", None) if concrete(x) else None
     return sharding if isinstance(sharding, NamedSharding) else None
 
 
@@ -157,7 +159,7 @@ def _underlying_sharding(x):
     tracers (grad, jvp, vmap outside jit), with vmap's batch axes taken out of
     the spec; (None, None) under jit, where there is no such array."""
     levels, x = _peel(x)
-    sharding = getattr(x, "sharding", None) if _concrete(x) else None
+    sharding = getattr(x, "sharding", None) if concrete(x) else None
     if sharding is None:
         return None, None
     if not isinstance(sharding, NamedSharding):
@@ -170,15 +172,8 @@ def _underlying_sharding(x):
 def batched_value(x):
     """The array vmap batches x from (eager or under jit), whose type holds
     the batch's layout too; x itself where no vmap traces it."""
-    inner, batched = x, False
-    while isinstance(inner, jax.core.Tracer):
-        if hasattr(inner, "batch_dim") and hasattr(inner, "val"):
-            inner, batched = inner.val, True
-        elif getattr(inner, "primal", None) is not None:
-            inner = inner.primal
-        else:
-            break
-    return inner if batched else x
+    levels, base = _peel(x)
+    return base if levels and base is not None else x
 
 
 def whole_on_its_devices(x) -> bool:
@@ -237,7 +232,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
         return _manual_placement(abstract, mesh, spec, name)
     if whole_on_its_devices(a):
         return BATCH_ELEMENT
-    if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and _concrete(a):
+    if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
         return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
@@ -248,7 +243,7 @@ def eager_key(arrays, *options):
     """A hashable key for an eager call's plan (what the checks and dispatch
     decided), or None where the plan may not be reused: a traced array, or a
     mesh set in context."""
-    if not all(_concrete(x) for x in arrays) or _context_mesh() is not None:
+    if not all(concrete(x) for x in arrays) or _context_mesh() is not None:
         return None
     for x, name in zip(arrays, ("a", "b")):
         check_alive(x, name)
@@ -263,14 +258,14 @@ def eager_key(arrays, *options):
 def check_alive(x, name: str) -> None:
     """Refuses an array that an earlier call with donate=True deleted (XLA
     would read freed memory)."""
-    if _concrete(x) and x.is_deleted():
+    if concrete(x) and x.is_deleted():
         raise ValueError(
             f"jaxmg: {name} was deleted: an earlier call with donate=True took its buffer. "
             f"Pass a fresh array, or call without donate=True to keep {name}"
         )
 
 
-def _concrete(x) -> bool:
+def concrete(x) -> bool:
     """A jax.Array with values (not traced)."""
     return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
 
