@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import subprocess
@@ -176,3 +177,19 @@ def dot_precisions(jaxpr, found=None) -> list:
         for inner in jaxprs_in_params(eqn.params):
             dot_precisions(inner, found)
     return found
+
+
+@contextlib.contextmanager
+def compiled_programs():
+    """A list that holds one entry per program XLA compiles inside the block."""
+    compiled = []
+
+    def listen(event, duration, **_):
+        if event == "/jax/core/compile/backend_compile_duration":
+            compiled.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
+    try:
+        yield compiled
+    finally:
+        jax.monitoring.unregister_event_duration_listener(listen)

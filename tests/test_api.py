@@ -625,19 +625,10 @@ def test_repeated_eager_calls_compile_nothing(rng):
             jaxmg.syevd(a), jaxmg.slogdet(a),
         ]
 
-    compiles = []
-
-    def listen(event, duration, **kwargs):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiles.append(event)
-
     def place(x):
         return helpers.put_rows(x, mesh), helpers.replicated(b_np, mesh)
 
     jax.block_until_ready(calls(*place(a_np)))
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with helpers.compiled_programs() as compiles:
         jax.block_until_ready(calls(*place(2 * a_np)))
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     assert compiles == []

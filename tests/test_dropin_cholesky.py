@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 import dropin
+import helpers
 from dropin import K, N, REP, ROWS, api
 
 
@@ -304,17 +305,8 @@ def test_an_eager_cholesky_compiles_one_program(rng, kw):
     memory mappings of its own, of which a process has a limited number)."""
     mesh = dropin.mesh(2)
     placed = dropin.place(dropin.spd(rng, 26, np.float64), ROWS, mesh)
-    compiled = []
-
-    def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with helpers.compiled_programs() as compiled:
         got = jaxmg.cholesky(placed, **kw)
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     np.testing.assert_allclose(got, jnp.linalg.cholesky(np.asarray(placed), **kw), rtol=1e-10,
                                atol=1e-10)
     assert len(compiled) <= 1  # none where an earlier test compiled it

@@ -18,6 +18,7 @@ import scipy.linalg
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import dropin
+import helpers
 import jaxmg
 import jaxmg.numpy.linalg as mnp
 import jaxmg.scipy.linalg as msl
@@ -71,17 +72,8 @@ def _place(x, kind):
 
 
 def _compiles(call, *args):
-    compiled = []
-
-    def listen(event, duration, **_):
-        if event == "/jax/core/compile/backend_compile_duration":
-            compiled.append(event)
-
-    jax.monitoring.register_event_duration_secs_listener(listen)
-    try:
+    with helpers.compiled_programs() as compiled:
         out = jax.block_until_ready(call(*args))
-    finally:
-        jax.monitoring.unregister_event_duration_listener(listen)
     return out, len(compiled)
 
 
