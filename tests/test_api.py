@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import scipy.linalg
 from jax.experimental import checkify
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
@@ -357,6 +358,117 @@ def test_array_on_another_single_device(rng):
     x = jaxmg.potrs(jax.device_put(a, device), jax.device_put(b, device), tile_size=2)
     assert x.sharding.device_set == {device}
     assert helpers.residual(a, x, b) <= tol(n)
+
+
+OPERANDS_ON_OTHER_DEVICES = {
+    "solve": lambda a, b: jaxmg.solve(a, b),
+    "solve-raise": lambda a, b: jaxmg.solve(a, b, on_failure="raise"),
+    "potrs": lambda a, b: jaxmg.potrs(a, b),
+    "solve_triangular": lambda a, b: jaxmg.solve_triangular(a, b),
+    "lstsq": lambda a, b: jaxmg.lstsq(a, b),
+    "eigh": lambda a, b: jaxmg.eigh(a, b=b),
+    "eigh-raise": lambda a, b: jaxmg.eigh(a, b=b, on_failure="raise"),
+}
+
+
+@pytest.mark.parametrize("routine", list(OPERANDS_ON_OTHER_DEVICES))
+@pytest.mark.parametrize("explicit", [False, True])
+def test_operands_committed_to_other_devices_are_named(rng, routine, explicit):
+    """a sharded over four devices, b committed to one of them: refused as
+    JAX refuses committed arrays on different devices, naming both operands
+    and the fix, whichever path the call takes (with Explicit axes a raising
+    eigh's inner steps failed on a mesh axis the message did not name)."""
+    n = 8
+    types = (jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto,)
+    mesh = jax.make_mesh((4,), ("x",), axis_types=types, devices=helpers.devices(4))
+    a = helpers.rows(helpers.spd(rng, n, DTYPE, CONDITION), mesh)
+    b = jax.device_put(helpers.spd(rng, n, DTYPE, CONDITION), helpers.devices(4)[1])
+    with pytest.raises(ValueError, match=r"a lives on devices \[0, 1, 2, 3\] and b on devices "
+                                         r"\[1\].*jax.device_put\(b, a.sharding\)"):
+        OPERANDS_ON_OTHER_DEVICES[routine](a, b)
+    # where b is put as the message says, the call runs
+    out = OPERANDS_ON_OTHER_DEVICES[routine](a, jax.device_put(b, a.sharding))
+    assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(out))
+
+
+UNPLACED_MATRIX = {
+    "solve": (lambda a, b: jaxmg.solve(a, b), np.linalg.solve),
+    "solve-pos-raise": (lambda a, b: jaxmg.solve(a, b, assume_a="pos", on_failure="raise"),
+                        np.linalg.solve),
+    "solve_triangular": (lambda a, b: jaxmg.solve_triangular(a, b, lower=True),
+                         lambda a, b: scipy.linalg.solve_triangular(a, b, lower=True)),
+    "lstsq": (lambda a, b: jaxmg.lstsq(a, b)[0], lambda a, b: np.linalg.lstsq(a, b)[0]),
+    "expm_frechet": (lambda a, b: jaxmg.expm_frechet(a / 40, b / 40)[1],
+                     lambda a, b: scipy.linalg.expm_frechet(a / 40, b / 40)[1]),
+    "eigh": (lambda a, b: jaxmg.eigh(a, b=b)[0], lambda a, b: scipy.linalg.eigh(a, b)[0]),
+    "eigh-raise": (lambda a, b: jaxmg.eigh(a, b=b, on_failure="raise")[0],
+                   lambda a, b: scipy.linalg.eigh(a, b)[0]),
+}
+
+
+@pytest.mark.parametrize("unplaced", ["numpy", "jnp.asarray"])
+@pytest.mark.parametrize("routine", list(UNPLACED_MATRIX))
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("which", ["a", "b"])
+def test_an_unplaced_operand_goes_where_the_other_lies(rng, routine, explicit, unplaced, which):
+    """One operand sharded over four devices, the other a NumPy array or an
+    uncommitted jnp.asarray: the call runs on the sharded one's devices, as
+    jit moves such an operand for JAX's functions (an unplaced a beside a
+    sharded b failed inside the solvers; so did generalized eigh raising on
+    failure, whichever was unplaced)."""
+    n = 8
+    types = (jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto,)
+    mesh = jax.make_mesh((4,), ("x",), axis_types=types, devices=helpers.devices(4))
+    a = helpers.spd(rng, n, np.float64, CONDITION)
+    b = helpers.spd(rng, n, np.float64, CONDITION)
+    loose = np.asarray if unplaced == "numpy" else jnp.asarray
+    ours, theirs = UNPLACED_MATRIX[routine]
+    args = (loose(a), helpers.rows(b, mesh)) if which == "a" else (helpers.rows(a, mesh), loose(b))
+    got = ours(*args)
+    assert got.sharding.device_set == set(mesh.devices.flat)
+    np.testing.assert_allclose(np.asarray(got), theirs(a, b), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("unplaced", ["numpy", "jnp.asarray"])
+@pytest.mark.parametrize("routine", ["solve", "inv", "eigh", "cholesky", "svd", "pinv", "det",
+                                     "lstsq", "expm"])
+def test_results_of_unplaced_inputs_are_uncommitted_as_jaxs(rng, routine, unplaced):
+    """JAX's results of NumPy or jnp.asarray inputs are uncommitted, so the
+    caller's next step may meet arrays on other devices; jaxmg's are too."""
+    n = 8
+    a = np.asarray(helpers.spd(rng, n, np.float64, CONDITION))
+    b = helpers.random_matrix(rng, n, np.float64, n)
+    loose = np.asarray if unplaced == "numpy" else jnp.asarray
+    calls = {
+        "solve": lambda m: (jaxmg.solve(m, loose(b)), jnp.linalg.solve(m, b)),
+        "inv": lambda m: (jaxmg.inv(m), jnp.linalg.inv(m)),
+        "eigh": lambda m: (jaxmg.eigh(m)[0], jnp.linalg.eigh(m)[0]),
+        "cholesky": lambda m: (jaxmg.cholesky(m), jax.scipy.linalg.cholesky(m)),
+        "svd": lambda m: (jaxmg.svd(m)[1], jnp.linalg.svd(m)[1]),
+        "pinv": lambda m: (jaxmg.pinv(m), jnp.linalg.pinv(m)),
+        "det": lambda m: (jaxmg.det(m), jnp.linalg.det(m)),
+        "lstsq": lambda m: (jaxmg.lstsq(m, loose(b))[0], jnp.linalg.lstsq(m, b)[0]),
+        "expm": lambda m: (jaxmg.expm(m / 40), jax.scipy.linalg.expm(m / 40)),
+    }
+    ours, theirs = calls[routine](loose(a))
+    assert not theirs.committed
+    assert not ours.committed
+    mesh = helpers.mesh(4)
+    other = jax.device_put(jnp.ones(ours.shape), NamedSharding(mesh, P(*(None,) * ours.ndim)))
+    np.testing.assert_allclose(np.asarray(ours + other), np.asarray(theirs + other),
+                               rtol=1e-8, atol=1e-8)
+
+
+def test_a_factor_and_a_right_hand_side_on_other_devices_are_named(rng):
+    mesh = helpers.mesh(4)
+    factor = jaxmg.cho_factor(helpers.rows(helpers.spd(rng, 8, DTYPE, CONDITION), mesh))
+    b = jax.device_put(helpers.random_matrix(rng, 8, DTYPE, 1), helpers.devices(4)[2])
+    with pytest.raises(ValueError, match=r"cho_solve's c_and_lower lives on devices "
+                                         r"\[0, 1, 2, 3\] and b on devices \[2\]"):
+        jaxmg.cho_solve(factor, b)
+    # uncommitted, b goes where the factor is
+    x = jaxmg.cho_solve(factor, jnp.asarray(helpers.random_matrix(rng, 8, DTYPE, 1)))
+    assert np.all(np.isfinite(np.asarray(x)))
 
 
 # ---- Donation ----------------------------------------------------------------

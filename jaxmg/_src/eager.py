@@ -41,8 +41,12 @@ def returns_ready_on_cpus(routine):
     (not tracers) on several CPU devices of this process, it returns once
     they are computed, raising the runtime's error of a failed call there."""
 
+    signature = inspect.signature(routine)
+
     @functools.wraps(routine)
     def call(*args, **kwargs):
+        args = _matrix_beside_operands(args, kwargs)
+        _check_devices_agree(routine.__name__, signature, args, kwargs)
         mesh = _explicit_mesh(kwargs.get("mesh"))
         if mesh is not None and _eager_transform_of_host_inputs(mesh, args, kwargs):
             kwargs["mesh"] = _with_auto_axes(mesh)
@@ -52,11 +56,74 @@ def returns_ready_on_cpus(routine):
             args = tuple(onto(x) for x in args)
             kwargs = {k: v if k == "mesh" else onto(v) for k, v in kwargs.items()}
         out = replicated_like_operands(routine(*args, **kwargs), args, kwargs)
+        out = _uncommitted_like_operands(out, args, kwargs)
         if any(_on_cpus_of_this_process(leaf) for leaf in jax.tree_util.tree_leaves(out)):
             jax.block_until_ready(out)
         return out
 
     return call
+
+
+def _matrix_beside_operands(args, kwargs):
+    """An unplaced matrix (the first argument: NumPy, or jnp.asarray's) put
+    on the devices of a committed operand, as jit moves it (a NumPy a with
+    a sharded b solves on b's devices), where the call names no layout."""
+    if not args or not placement.unplaced(args[0]) or _names_a_layout(args, kwargs):
+        return args
+    for x in jax.tree_util.tree_leaves((args[1:], kwargs)):
+        if placement.concrete(x) and not x.is_deleted() and x.committed:
+            return (placement.beside(args[0], x),) + args[1:]
+    return args
+
+
+def _check_devices_agree(name, signature, args, kwargs):
+    leaves = jax.tree_util.tree_leaves((args, kwargs))
+    committed = {frozenset(x.sharding.device_set) for x in leaves
+                 if placement.concrete(x) and not x.is_deleted() and x.committed}
+    if len(committed) < 2 and not any(isinstance(x, jax.core.Tracer) for x in leaves):
+        return  # the common case, without binding the arguments
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return  # the routine names the wrong call itself
+    placement.check_devices_agree(name, [(k, v) for k, v in bound.items()
+                                         if k not in ("mesh", "spec")])
+
+
+def _uncommitted_like_operands(out, args, kwargs):
+    """out's arrays uncommitted where no operand is committed (NumPy
+    inputs, jnp.asarray's) and the call names no layout and no mesh is set:
+    JAX's results of such inputs are uncommitted, so code after the call
+    may combine them with arrays on other devices, and jit moves them
+    there. jaxmg's one-device programs commit their results; factors
+    (cho_factor's, lu_factor's) keep the devices their solves read."""
+    if not (isinstance(out, jax.Array) or type(out) is tuple or _named_tuple(out)):
+        return out
+    leaves = (out,) if isinstance(out, jax.Array) else tuple(out)
+    if (not all(placement.concrete(x) for x in leaves) or _names_a_layout(args, kwargs)
+            or placement.context_concrete_mesh() is not None):
+        return out
+    operands = jax.tree_util.tree_leaves((args, kwargs))
+    if any(isinstance(x, jax.core.Tracer) or (placement.concrete(x) and x.committed)
+           for x in operands):
+        return out
+    leaves = tuple(_uncommitted(x) for x in leaves)
+    if isinstance(out, jax.Array):
+        return leaves[0]
+    return type(out)(*leaves) if _named_tuple(out) else leaves
+
+
+def _uncommitted(x):
+    if not x.committed or len(x.sharding.device_set) != 1:
+        return x
+    # No public way to drop a commitment without a copy. JAX's own results
+    # lie on the device itself, not on a one-device mesh, whose name jit
+    # would then find beside other meshes.
+    from jax._src import array
+    aval = jax.core.ShapedArray(x.shape, x.dtype, weak_type=x.aval.weak_type)
+    device = next(iter(x.sharding.device_set))
+    return array.ArrayImpl(aval, jax.sharding.SingleDeviceSharding(device), x._arrays,
+                           committed=False)
 
 
 def replicated_like_operands(out, args, kwargs):

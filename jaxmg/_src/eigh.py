@@ -28,6 +28,7 @@ from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import (
     BATCH_ELEMENT,
+    beside,
     check_square,
     eager_key,
     resolve_placement,
@@ -128,6 +129,9 @@ def eigh(a, UPLO=None, symmetrize_input=True, *, lower=True, eigvals_only=False,
     _check_problem(b, eigvals, type, UPLO, symmetrize_input)
     lower = arguments.check_flag(lower, "lower")
     if b is not None:
+        # b on a's devices (the entry put an unplaced a on b's): the steps
+        # between them (b's factor, its solves with a) would else meet on two.
+        b = beside(b, a)
         return _generalized_problem(a, b, type, not arguments.check_flag(eigvals_only,
                                                                          "eigvals_only"),
                                     lower, tile_size=tile_size, mesh=mesh, spec=spec,

@@ -265,6 +265,67 @@ def check_alive(x, name: str) -> None:
         )
 
 
+def check_devices_agree(routine: str, named) -> None:
+    """Refuses operands committed to different devices, as JAX refuses them
+    in one computation, naming them and the fix: inside the routine they
+    would meet under other names, or one of them on the other's mesh.
+    named: (argument name, value) pairs; values may be pytrees, tracers of
+    eager transformations (their arrays are read) or anything else."""
+    first = None
+    for name, value in named:
+        for leaf in jax.tree_util.tree_leaves(value):
+            x = _peel(leaf)[1] if isinstance(leaf, jax.core.Tracer) else leaf
+            if not concrete(x) or x.is_deleted() or not x.committed:
+                continue
+            devices = x.sharding.device_set
+            if first is None:
+                first = (name, devices, value is leaf)
+            elif devices != first[1]:
+                ids = lambda d: sorted(e.id for e in d)  # noqa: E731
+                there = (f"jax.device_put({name}, {first[0]}.sharding)" if first[2]
+                         else f"jax.device_put({name}, NamedSharding(mesh, spec)) on the "
+                              f"mesh of {first[0]}'s arrays")
+                raise ValueError(
+                    f"jaxmg: {routine}'s {first[0]} lives on devices {ids(first[1])} and "
+                    f"{name} on devices {ids(devices)}: JAX computes with committed arrays "
+                    f"only on the same devices. Put {name} where {first[0]} is ({there}), "
+                    "or pass it uncommitted (a NumPy array)"
+                )
+
+
+def unplaced(x) -> bool:
+    """An array no device holds yet: a NumPy array, or an uncommitted
+    array on one device (jnp.asarray's), which jit moves where it is needed."""
+    if isinstance(x, np.ndarray):
+        return x.ndim > 0
+    return (concrete(x) and x.ndim > 0 and not x.committed
+            and len(x.sharding.device_set) == 1)
+
+
+def beside(x, other):
+    """x on the devices of `other`, a concrete array committed to them, when
+    x is unplaced (as jit moves such an operand): in other's layout where
+    that splits x evenly, else replicated on other's mesh; x itself
+    otherwise."""
+    if not (concrete(other) and other.committed and unplaced(x)):
+        return x
+    where = other.sharding
+    if isinstance(where, NamedSharding):
+        spec = where.spec if np.ndim(x) == other.ndim and _splits(np.shape(x), where) else P()
+        return jax.device_put(x, NamedSharding(where.mesh, spec))
+    if len(where.device_set) == 1:
+        return jax.device_put(x, next(iter(where.device_set)))
+    return x
+
+
+def _splits(shape, where: NamedSharding) -> bool:
+    for size, entry in zip(shape, where.spec):
+        parts = math.prod(where.mesh.shape[ax] for ax in axis_names(entry))
+        if size % parts:
+            return False
+    return True
+
+
 def concrete(x) -> bool:
     """A jax.Array with values (not traced)."""
     return isinstance(x, jax.Array) and not isinstance(x, jax.core.Tracer)
