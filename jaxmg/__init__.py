@@ -27,6 +27,7 @@ from jaxmg._src.composite import (
 )
 from jaxmg._src.eigh import EighResult, eigh, eigvalsh, syevd
 from jaxmg._src.failures import LinAlgError
+from jaxmg._src.library import export_setup
 from jaxmg._src.mixed.api import MixedFactor, RefinementInfo
 from jaxmg._src.least_squares import lstsq, qr
 from jaxmg._src.linalg import SlogdetResult, det, inv, slogdet, solve
@@ -63,6 +64,7 @@ __all__ = [
     "eigvalsh",
     "expm",
     "expm_frechet",
+    "export_setup",
     "gesvd",
     "gesvd_shardmap_ctx",
     "inv",

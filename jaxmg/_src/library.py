@@ -50,6 +50,22 @@ def targets() -> dict[tuple[str, str, str], tuple[str, str, int]]:
     return found
 
 
+def export_setup() -> list:
+    """Registers jaxmg's FFI targets with XLA in this process (LAPACK's, and
+    cuSOLVER's where JAX has GPUs) and returns what
+    `jax.export.export(f, disabled_checks=...)` needs for an f that calls
+    jaxmg. Call it where the function is exported and where it is
+    deserialized and called: jaxmg's FFI calls carry no compatibility
+    guarantee across versions (jax.export refuses any such call unless
+    told), so an exported function is for this jaxmg version, in one
+    process, on devices like those it was exported for."""
+    library()
+    if any(d.platform == "gpu" for d in jax.devices()):
+        cuda_library()
+    return [jax.export.DisabledSafetyCheck.custom_call(name)
+            for name, _, _ in targets().values()]
+
+
 def target_name(engine: str, routine: str, dtype) -> str:
     """The target running `routine` on `engine` ("lapack", "mg", "mp", "dn") for `dtype`."""
     return targets()[(engine, routine, jax.numpy.dtype(dtype).name)][0]

@@ -1,0 +1,101 @@
+"""jax.export of functions that call jaxmg: with the checks jaxmg.export_setup
+returns, the exported function gives the jitted function's results, and,
+serialized, runs in a fresh process once jaxmg.export_setup() is called
+there; without them JAX refuses jaxmg's FFI calls, as it refuses any call
+without a compatibility guarantee."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+import helpers
+import jaxmg
+
+N = 16
+
+FUNCTIONS = {
+    "solve-pos": lambda a, b: jaxmg.solve(a, b, assume_a="pos"),
+    "solve-gen": lambda a, b: jaxmg.solve(a, b),
+    "cho_solve": lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a), b),
+    "inv": lambda a, b: jaxmg.inv(a),
+    "eigh": lambda a, b: jaxmg.eigh(a),
+    "slogdet": lambda a, b: jaxmg.slogdet(a),
+    "gradient": jax.grad(lambda a, b: jaxmg.cho_logdet(jaxmg.cho_factor(a))),
+    # jaxmg's own solvers on one device too (auto picks JAX's there)
+    "solve-pos-jaxmg": lambda a, b: jaxmg.solve(a, b, assume_a="pos", backend="jaxmg"),
+    "eigh-jaxmg": lambda a, b: jaxmg.eigh(a, backend="jaxmg"),
+    "solve-mixed": lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed"),
+}
+
+
+def operands(rng, devices):
+    mesh = helpers.mesh(devices)
+    a = helpers.spd(rng, N, np.float64, 10.0)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    return (jax.device_put(a, NamedSharding(mesh, P("x", None))),
+            jax.device_put(b, NamedSharding(mesh, P())))
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+@pytest.mark.parametrize("name", list(FUNCTIONS))
+def test_an_exported_function_gives_the_jitted_results(rng, name, devices):
+    a, b = operands(rng, devices)
+    f = jax.jit(FUNCTIONS[name])
+    exported = jax.export.export(f, disabled_checks=jaxmg.export_setup())(a, b)
+    # jaxmg's own solvers, not JAX's (the mixed solve's are XLA's GEMMs and, on
+    # GPUs, jaxmg's cuSOLVER calls)
+    if (devices > 1 and name != "solve-mixed") or name.endswith("-jaxmg"):
+        assert "jaxmg_" in exported.mlir_module()
+    for got, want in zip(jax.tree.leaves(exported.call(a, b)), jax.tree.leaves(f(a, b))):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
+
+
+def test_without_the_checks_jax_refuses_jaxmgs_calls(rng):
+    a, b = operands(rng, 4)
+    with pytest.raises(ValueError, match="(?s)custom calls whose targets have no compatibility "
+                                         "guarantees.*jaxmg_"):
+        jax.export.export(jax.jit(FUNCTIONS["solve-pos"]))(a, b)
+
+
+LOAD = textwrap.dedent("""
+    import sys
+    import jax
+    import numpy as np
+    jax.config.update("jax_enable_x64", True)
+    import jaxmg
+    from jax.sharding import NamedSharding, PartitionSpec as P
+    blob, a, b, want = sys.argv[1:]
+    mesh = jax.make_mesh((4,), ("x",), devices=jax.devices()[:4])
+    a = jax.device_put(np.load(a), NamedSharding(mesh, P("x", None)))
+    b = jax.device_put(np.load(b), NamedSharding(mesh, P()))
+    jaxmg.export_setup()
+    exported = jax.export.deserialize(bytearray(open(blob, "rb").read()))
+    np.testing.assert_allclose(np.asarray(exported.call(a, b)), np.load(want), rtol=1e-12)
+    print("same results")
+""")
+
+
+def test_a_serialized_function_runs_in_a_fresh_process(rng, tmp_path):
+    if importlib.util.find_spec("flatbuffers") is None:
+        pytest.skip("jax.export's serialization needs the flatbuffers package, not installed")
+    a, b = operands(rng, 4)
+    f = jax.jit(FUNCTIONS["solve-pos"])
+    exported = jax.export.export(f, disabled_checks=jaxmg.export_setup())(a, b)
+    (tmp_path / "f.bin").write_bytes(exported.serialize())
+    for name, x in (("a", a), ("b", b), ("want", f(a, b))):
+        np.save(tmp_path / f"{name}.npy", np.asarray(x))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    run = subprocess.run(
+        [sys.executable, "-c", LOAD, str(tmp_path / "f.bin"),
+         *(str(tmp_path / f"{n}.npy") for n in ("a", "b", "want"))],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "same results" in run.stdout
