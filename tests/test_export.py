@@ -40,25 +40,27 @@ def operands(rng, devices):
     a = helpers.spd(rng, N, np.float64, 10.0)
     b = helpers.random_matrix(rng, N, np.float64, 2)
     return (jax.device_put(a, NamedSharding(mesh, P("x", None))),
-            jax.device_put(b, NamedSharding(mesh, P())))
+            jax.device_put(b, NamedSharding(mesh, P()))), mesh
 
 
 @pytest.mark.parametrize("devices", [1, 4])
 @pytest.mark.parametrize("name", list(FUNCTIONS))
 def test_an_exported_function_gives_the_jitted_results(rng, name, devices):
-    a, b = operands(rng, devices)
+    (a, b), mesh = operands(rng, devices)
     f = jax.jit(FUNCTIONS[name])
-    exported = jax.export.export(f, disabled_checks=jaxmg.export_setup())(a, b)
+    with jax.set_mesh(mesh):  # jaxmg's GPU solvers under jit need the mesh's devices
+        exported = jax.export.export(f, disabled_checks=jaxmg.export_setup())(a, b)
+        got, want = exported.call(a, b), f(a, b)
     # jaxmg's own solvers, not JAX's (the mixed solve's are XLA's GEMMs and, on
     # GPUs, jaxmg's cuSOLVER calls)
     if (devices > 1 and name != "solve-mixed") or name.endswith("-jaxmg"):
         assert "jaxmg_" in exported.mlir_module()
-    for got, want in zip(jax.tree.leaves(exported.call(a, b)), jax.tree.leaves(f(a, b))):
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-12, atol=1e-12)
+    for x, y in zip(jax.tree.leaves(got), jax.tree.leaves(want)):
+        np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-12, atol=1e-12)
 
 
 def test_without_the_checks_jax_refuses_jaxmgs_calls(rng):
-    a, b = operands(rng, 4)
+    (a, b), _ = operands(rng, 4)
     with pytest.raises(ValueError, match="(?s)custom calls whose targets have no compatibility "
                                          "guarantees.*jaxmg_"):
         jax.export.export(jax.jit(FUNCTIONS["solve-pos"]))(a, b)
@@ -85,7 +87,7 @@ LOAD = textwrap.dedent("""
 def test_a_serialized_function_runs_in_a_fresh_process(rng, tmp_path):
     if importlib.util.find_spec("flatbuffers") is None:
         pytest.skip("jax.export's serialization needs the flatbuffers package, not installed")
-    a, b = operands(rng, 4)
+    (a, b), _ = operands(rng, 4)
     f = jax.jit(FUNCTIONS["solve-pos"])
     exported = jax.export.export(f, disabled_checks=jaxmg.export_setup())(a, b)
     (tmp_path / "f.bin").write_bytes(exported.serialize())
