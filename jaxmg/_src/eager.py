@@ -45,8 +45,18 @@ def returns_ready_on_cpus(routine):
 
     @functools.wraps(routine)
     def call(*args, **kwargs):
-        args = _matrix_beside_operands(args, kwargs)
-        _check_devices_agree(routine.__name__, signature, args, kwargs)
+        leaves = jax.tree_util.tree_leaves((args, kwargs))
+        layout = _names_a_layout(args, kwargs)
+        traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
+        committed = [x for x in leaves
+                     if placement.concrete(x) and not x.is_deleted() and x.committed]
+        if committed and not layout and args and placement.unplaced(args[0]):
+            # An unplaced matrix (NumPy, jnp.asarray's) goes where a committed
+            # operand lies, as jit moves it: a NumPy a beside a sharded b
+            # solves on b's devices.
+            args = (placement.beside(args[0], committed[0]),) + args[1:]
+        if traced or len({frozenset(x.sharding.device_set) for x in committed}) > 1:
+            _check_devices_agree(routine.__name__, signature, args, kwargs)
         mesh = _explicit_mesh(kwargs.get("mesh"))
         if mesh is not None and _eager_transform_of_host_inputs(mesh, args, kwargs):
             kwargs["mesh"] = _with_auto_axes(mesh)
@@ -56,7 +66,8 @@ def returns_ready_on_cpus(routine):
             args = tuple(onto(x) for x in args)
             kwargs = {k: v if k == "mesh" else onto(v) for k, v in kwargs.items()}
         out = replicated_like_operands(routine(*args, **kwargs), args, kwargs)
-        out = _uncommitted_like_operands(out, args, kwargs)
+        if not (layout or committed or traced):
+            out = _uncommitted_results(out)
         if any(_on_cpus_of_this_process(leaf) for leaf in jax.tree_util.tree_leaves(out)):
             jax.block_until_ready(out)
         return out
@@ -64,24 +75,7 @@ def returns_ready_on_cpus(routine):
     return call
 
 
-def _matrix_beside_operands(args, kwargs):
-    """An unplaced matrix (the first argument: NumPy, or jnp.asarray's) put
-    on the devices of a committed operand, as jit moves it (a NumPy a with
-    a sharded b solves on b's devices), where the call names no layout."""
-    if not args or not placement.unplaced(args[0]) or _names_a_layout(args, kwargs):
-        return args
-    for x in jax.tree_util.tree_leaves((args[1:], kwargs)):
-        if placement.concrete(x) and not x.is_deleted() and x.committed:
-            return (placement.beside(args[0], x),) + args[1:]
-    return args
-
-
 def _check_devices_agree(name, signature, args, kwargs):
-    leaves = jax.tree_util.tree_leaves((args, kwargs))
-    committed = {frozenset(x.sharding.device_set) for x in leaves
-                 if placement.concrete(x) and not x.is_deleted() and x.committed}
-    if len(committed) < 2 and not any(isinstance(x, jax.core.Tracer) for x in leaves):
-        return  # the common case, without binding the arguments
     try:
         bound = signature.bind(*args, **kwargs).arguments
     except TypeError:
@@ -90,22 +84,20 @@ def _check_devices_agree(name, signature, args, kwargs):
                                          if k not in ("mesh", "spec")])
 
 
-def _uncommitted_like_operands(out, args, kwargs):
-    """out's arrays uncommitted where no operand is committed (NumPy
-    inputs, jnp.asarray's) and the call names no layout and no mesh is set:
-    JAX's results of such inputs are uncommitted, so code after the call
-    may combine them with arrays on other devices, and jit moves them
-    there. jaxmg's one-device programs commit their results; factors
-    (cho_factor's, lu_factor's) keep the devices their solves read."""
-    if not (isinstance(out, jax.Array) or type(out) is tuple or _named_tuple(out)):
+def _uncommitted_results(out):
+    """out's arrays uncommitted, for a call on operands none of which is
+    committed (NumPy inputs, jnp.asarray's) that names no layout, outside a
+    mesh context: JAX's results of such inputs are uncommitted, so code
+    after the call may combine them with arrays on other devices, and jit
+    moves them there. jaxmg's one-device programs commit their results;
+    factors (cho_factor's, lu_factor's) keep the devices their solves read."""
+    if isinstance(out, jax.Array):
+        leaves = (out,)
+    elif type(out) is tuple or _named_tuple(out):
+        leaves = tuple(out)
+    else:
         return out
-    leaves = (out,) if isinstance(out, jax.Array) else tuple(out)
-    if (not all(placement.concrete(x) for x in leaves) or _names_a_layout(args, kwargs)
-            or placement.context_concrete_mesh() is not None):
-        return out
-    operands = jax.tree_util.tree_leaves((args, kwargs))
-    if any(isinstance(x, jax.core.Tracer) or (placement.concrete(x) and x.committed)
-           for x in operands):
+    if not all(placement.concrete(x) for x in leaves) or placement.context_concrete_mesh():
         return out
     leaves = tuple(_uncommitted(x) for x in leaves)
     if isinstance(out, jax.Array):
@@ -121,9 +113,13 @@ def _uncommitted(x):
     # would then find beside other meshes.
     from jax._src import array
     aval = jax.core.ShapedArray(x.shape, x.dtype, weak_type=x.aval.weak_type)
-    device = next(iter(x.sharding.device_set))
-    return array.ArrayImpl(aval, jax.sharding.SingleDeviceSharding(device), x._arrays,
-                           committed=False)
+    return array.ArrayImpl(aval, _on_device(next(iter(x.sharding.device_set))), x._arrays,
+                           committed=False, _skip_checks=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _on_device(device):
+    return jax.sharding.SingleDeviceSharding(device)
 
 
 def replicated_like_operands(out, args, kwargs):
