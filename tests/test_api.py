@@ -384,10 +384,12 @@ def test_operands_committed_to_other_devices_are_named(rng, routine, explicit):
     a = helpers.rows(helpers.spd(rng, n, DTYPE, CONDITION), mesh)
     b = jax.device_put(helpers.spd(rng, n, DTYPE, CONDITION), helpers.devices(4)[1])
     with pytest.raises(ValueError, match=r"a lives on devices \[0, 1, 2, 3\] and b on devices "
-                                         r"\[1\].*jax.device_put\(b, a.sharding\)"):
+                                         r"\[1\].*jax.device_put\(b, NamedSharding\("
+                                         r"a.sharding.mesh, P\(\)\)\)"):
         OPERANDS_ON_OTHER_DEVICES[routine](a, b)
-    # where b is put as the message says, the call runs
-    out = OPERANDS_ON_OTHER_DEVICES[routine](a, jax.device_put(b, a.sharding))
+    # where b is put as the message says, the call runs (b of any rank)
+    out = OPERANDS_ON_OTHER_DEVICES[routine](a, jax.device_put(b, NamedSharding(a.sharding.mesh,
+                                                                               P())))
     assert all(np.all(np.isfinite(np.asarray(x))) for x in jax.tree.leaves(out))
 
 
@@ -457,6 +459,59 @@ def test_results_of_unplaced_inputs_are_uncommitted_as_jaxs(rng, routine, unplac
     other = jax.device_put(jnp.ones(ours.shape), NamedSharding(mesh, P(*(None,) * ours.ndim)))
     np.testing.assert_allclose(np.asarray(ours + other), np.asarray(theirs + other),
                                rtol=1e-8, atol=1e-8)
+
+
+def test_an_unplaced_matrix_named_a_goes_where_b_lies(rng):
+    mesh = helpers.mesh(4)
+    a = helpers.spd(rng, 8, np.float64, CONDITION)
+    b = helpers.rows(helpers.random_matrix(rng, 8, np.float64, 2), mesh)
+    x = jaxmg.solve(a=a, b=b)
+    assert x.sharding.device_set == set(mesh.devices.flat)
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, np.asarray(b)), rtol=1e-9)
+
+
+@pytest.mark.parametrize("explicit", [False, True])
+@pytest.mark.parametrize("routine", ["lu_solve", "cho_solve"])
+def test_jax_scipys_unplaced_factor_goes_where_b_lies(rng, routine, explicit):
+    """jax.scipy's own factor tuples of a NumPy matrix are uncommitted: with
+    a b on other devices they are solved there, as jax.scipy solves them."""
+    n = 8
+    types = (jax.sharding.AxisType.Explicit if explicit else jax.sharding.AxisType.Auto,)
+    mesh = jax.make_mesh((4,), ("x",), axis_types=types, devices=helpers.devices(4))
+    a = helpers.spd(rng, n, np.float64, CONDITION)
+    b = helpers.random_matrix(rng, n, np.float64, 2)
+    factor = (jax.scipy.linalg.lu_factor(a) if routine == "lu_solve"
+              else jax.scipy.linalg.cho_factor(a))
+    # (rows of b sharded on Explicit axes: JAX's own lu_solve refuses them too)
+    on_mesh = (jax.device_put(b, NamedSharding(mesh, P())) if explicit
+               else helpers.rows(b, mesh))
+    for placed in (on_mesh, jax.device_put(b, helpers.devices(4)[1])):
+        x = getattr(jaxmg, routine)(factor, placed)
+        assert x.sharding.device_set == placed.sharding.device_set
+        np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-9)
+
+
+def test_a_deleted_unplaced_matrix_beside_a_committed_operand_is_named(rng):
+    a = jnp.asarray(helpers.spd(rng, 8, np.float64, CONDITION))
+    b = helpers.random_matrix(rng, 8, np.float64, 2)
+    jaxmg.potrs(a, b, donate=True)
+    assert a.is_deleted()
+    committed = jax.device_put(b, helpers.devices(2)[1])
+    with pytest.raises(ValueError, match="a was deleted"):
+        jaxmg.solve(a, committed)
+    with pytest.raises(ValueError, match="b was deleted"):
+        jaxmg.eigh(helpers.rows(helpers.spd(rng, 8, np.float64, CONDITION), helpers.mesh(4)),
+                   b=a)
+
+
+def test_under_set_mesh_an_unplaced_matrix_stays_with_the_mesh(rng):
+    """Under jax.set_mesh the mesh decides where a NumPy a goes; a b
+    committed off the mesh is refused as JAX refuses it, with a ValueError."""
+    mesh = jax.make_mesh((4,), ("x",), devices=helpers.devices(4))
+    a = helpers.spd(rng, 8, np.float64, CONDITION)
+    off_mesh = jax.device_put(helpers.random_matrix(rng, 8, np.float64, 2), helpers.devices(6)[5])
+    with jax.set_mesh(mesh), pytest.raises(ValueError):
+        jaxmg.solve(a, off_mesh)
 
 
 def test_a_factor_and_a_right_hand_side_on_other_devices_are_named(rng):

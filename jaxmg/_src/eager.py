@@ -42,6 +42,7 @@ def returns_ready_on_cpus(routine):
     they are computed, raising the runtime's error of a failed call there."""
 
     signature = inspect.signature(routine)
+    first = next(iter(signature.parameters))
 
     @functools.wraps(routine)
     def call(*args, **kwargs):
@@ -50,11 +51,11 @@ def returns_ready_on_cpus(routine):
         traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
         committed = [x for x in leaves
                      if placement.concrete(x) and not x.is_deleted() and x.committed]
-        if committed and not layout and args and placement.unplaced(args[0]):
+        if committed and not layout and placement.context_concrete_mesh() is None:
             # An unplaced matrix (NumPy, jnp.asarray's) goes where a committed
             # operand lies, as jit moves it: a NumPy a beside a sharded b
-            # solves on b's devices.
-            args = (placement.beside(args[0], committed[0]),) + args[1:]
+            # solves on b's devices. (Under jax.set_mesh the mesh decides.)
+            args, kwargs = _matrix_beside(first, args, kwargs, committed[0])
         if traced or len({frozenset(x.sharding.device_set) for x in committed}) > 1:
             _check_devices_agree(routine.__name__, signature, args, kwargs)
         mesh = _explicit_mesh(kwargs.get("mesh"))
@@ -73,6 +74,24 @@ def returns_ready_on_cpus(routine):
         return out
 
     return call
+
+
+def _matrix_beside(first, args, kwargs, other):
+    """The matrix (the routine's first parameter, positional or named; or a
+    factor tuple such as jax.scipy's (lu, piv)) put beside `other` where it
+    is unplaced."""
+    if args:
+        return (_beside(args[0], other),) + args[1:], kwargs
+    if first in kwargs:
+        return args, {**kwargs, first: _beside(kwargs[first], other)}
+    return args, kwargs
+
+
+def _beside(x, other):
+    if type(x) is tuple and all(placement.unplaced(e) or not isinstance(e, (jax.Array, np.ndarray))
+                                for e in x):
+        return tuple(placement.beside(e, other) for e in x)
+    return placement.beside(x, other)
 
 
 def _check_devices_agree(name, signature, args, kwargs):

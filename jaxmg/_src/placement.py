@@ -279,12 +279,17 @@ def check_devices_agree(routine: str, named) -> None:
                 continue
             devices = x.sharding.device_set
             if first is None:
-                first = (name, devices, value is leaf)
+                first = (name, devices, value is leaf,
+                         isinstance(x.sharding, NamedSharding))
             elif devices != first[1]:
                 ids = lambda d: sorted(e.id for e in d)  # noqa: E731
-                there = (f"jax.device_put({name}, {first[0]}.sharding)" if first[2]
-                         else f"jax.device_put({name}, NamedSharding(mesh, spec)) on the "
-                              f"mesh of {first[0]}'s arrays")
+                if not first[2]:
+                    there = (f"jax.device_put({name}, NamedSharding(mesh, P())) on the mesh "
+                             f"of {first[0]}'s arrays")
+                elif first[3]:  # replicated on its mesh: every rank of b fits
+                    there = f"jax.device_put({name}, NamedSharding({first[0]}.sharding.mesh, P()))"
+                else:
+                    there = f"jax.device_put({name}, {first[0]}.sharding)"
                 raise ValueError(
                     f"jaxmg: {routine}'s {first[0]} lives on devices {ids(first[1])} and "
                     f"{name} on devices {ids(devices)}: JAX computes with committed arrays "
@@ -298,7 +303,7 @@ def unplaced(x) -> bool:
     array on one device (jnp.asarray's), which jit moves where it is needed."""
     if isinstance(x, np.ndarray):
         return x.ndim > 0
-    return (concrete(x) and x.ndim > 0 and not x.committed
+    return (concrete(x) and x.ndim > 0 and not x.is_deleted() and not x.committed
             and len(x.sharding.device_set) == 1)
 
 
