@@ -504,6 +504,25 @@ def test_a_deleted_unplaced_matrix_beside_a_committed_operand_is_named(rng):
                    b=a)
 
 
+@pytest.mark.parametrize("routine", ["solve", "potrs", "eigh-b", "lstsq"])
+def test_a_deleted_operand_beside_numpy_is_named(rng, routine):
+    """A donated (deleted) array with NumPy operands: jaxmg's message naming
+    it (JAX's own error, 'Array has been deleted', names none)."""
+    a = helpers.spd(rng, 8, np.float64, CONDITION)
+    gone = jnp.asarray(a)
+    jaxmg.potrs(gone, a[:, :1], donate=True)
+    assert gone.is_deleted()
+    calls = {
+        "solve": lambda: jaxmg.solve(gone, a[:, :2]),
+        "potrs": lambda: jaxmg.potrs(gone, a[:, :2]),
+        "eigh-b": lambda: jaxmg.eigh(a, b=gone),
+        "lstsq": lambda: jaxmg.lstsq(a, gone),
+    }
+    name = "a" if routine in ("solve", "potrs") else "b"
+    with pytest.raises(ValueError, match=f"jaxmg: {name} was deleted"):
+        calls[routine]()
+
+
 def test_under_set_mesh_an_unplaced_matrix_stays_with_the_mesh(rng):
     """Under jax.set_mesh the mesh decides where a NumPy a goes; a b
     committed off the mesh is refused as JAX refuses it, with a ValueError."""

@@ -49,8 +49,15 @@ def returns_ready_on_cpus(routine):
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         layout = _names_a_layout(args, kwargs)
         traced = any(isinstance(x, jax.core.Tracer) for x in leaves)
-        committed = [x for x in leaves
-                     if placement.concrete(x) and not x.is_deleted() and x.committed]
+        committed, deleted = [], False
+        for x in leaves:
+            if placement.concrete(x):
+                if x.is_deleted():
+                    deleted = True
+                elif x.committed:
+                    committed.append(x)
+        if deleted:
+            _name_the_deleted(signature, args, kwargs)
         if committed and not layout and placement.context_concrete_mesh() is None:
             # An unplaced matrix (NumPy, jnp.asarray's) goes where a committed
             # operand lies, as jit moves it: a NumPy a beside a sharded b
@@ -92,6 +99,18 @@ def _beside(x, other):
                                 for e in x):
         return tuple(placement.beside(e, other) for e in x)
     return placement.beside(x, other)
+
+
+def _name_the_deleted(signature, args, kwargs):
+    """Refuses an argument that a call with donate=True deleted, by name,
+    before anything reads it (JAX's own error names no argument)."""
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return  # the routine names the wrong call itself
+    for name, value in bound.items():
+        for leaf in jax.tree_util.tree_leaves(value):
+            placement.check_alive(leaf, name)
 
 
 def _check_devices_agree(name, signature, args, kwargs):
