@@ -73,7 +73,9 @@ def returns_ready_on_cpus(routine):
             onto = functools.partial(_onto, mesh=mesh)
             args = tuple(onto(x) for x in args)
             kwargs = {k: v if k == "mesh" else onto(v) for k, v in kwargs.items()}
-        out = replicated_like_operands(routine(*args, **kwargs), args, kwargs)
+        out = routine(*args, **kwargs)
+        if not layout:
+            out = _replicated_where_operands_are(out, args, kwargs)
         if not (layout or committed or traced):
             out = _uncommitted_results(out)
         if any(_on_cpus_of_this_process(leaf) for leaf in jax.tree_util.tree_leaves(out)):
@@ -101,24 +103,25 @@ def _beside(x, other):
     return placement.beside(x, other)
 
 
+def _bound(signature, args, kwargs) -> dict:
+    """The call's arguments by name; none where they do not bind (the
+    routine then names the wrong call itself)."""
+    try:
+        return signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        return {}
+
+
 def _name_the_deleted(signature, args, kwargs):
     """Refuses an argument that a call with donate=True deleted, by name,
     before anything reads it (JAX's own error names no argument)."""
-    try:
-        bound = signature.bind(*args, **kwargs).arguments
-    except TypeError:
-        return  # the routine names the wrong call itself
-    for name, value in bound.items():
+    for name, value in _bound(signature, args, kwargs).items():
         for leaf in jax.tree_util.tree_leaves(value):
             placement.check_alive(leaf, name)
 
 
 def _check_devices_agree(name, signature, args, kwargs):
-    try:
-        bound = signature.bind(*args, **kwargs).arguments
-    except TypeError:
-        return  # the routine names the wrong call itself
-    placement.check_devices_agree(name, [(k, v) for k, v in bound.items()
+    placement.check_devices_agree(name, [(k, v) for k, v in _bound(signature, args, kwargs).items()
                                          if k not in ("mesh", "spec")])
 
 
@@ -129,18 +132,11 @@ def _uncommitted_results(out):
     after the call may combine them with arrays on other devices, and jit
     moves them there. jaxmg's one-device programs commit their results;
     factors (cho_factor's, lu_factor's) keep the devices their solves read."""
-    if isinstance(out, jax.Array):
-        leaves = (out,)
-    elif type(out) is tuple or _named_tuple(out):
-        leaves = tuple(out)
-    else:
+    leaves = _result_arrays(out)
+    if (leaves is None or not all(placement.concrete(x) for x in leaves)
+            or placement.context_concrete_mesh()):
         return out
-    if not all(placement.concrete(x) for x in leaves) or placement.context_concrete_mesh():
-        return out
-    leaves = tuple(_uncommitted(x) for x in leaves)
-    if isinstance(out, jax.Array):
-        return leaves[0]
-    return type(out)(*leaves) if _named_tuple(out) else leaves
+    return _rebuilt(out, tuple(_uncommitted(x) for x in leaves))
 
 
 def _uncommitted(x):
@@ -160,19 +156,6 @@ def _on_device(device):
     return jax.sharding.SingleDeviceSharding(device)
 
 
-def replicated_like_operands(out, args, kwargs):
-    """out, each array replicated where every operand is replicated on
-    explicit mesh axes and the call names no mesh or spec: JAX types such
-    results replicated, and code written for JAX relies on it after the
-    call (indexing, slicing, dynamic slices), where jaxmg's distributed
-    results would come typed sharded. A call that names its mesh or spec
-    asks for jaxmg's layout and keeps it; factors (cho_factor's,
-    lu_factor's) keep the layout their solves read."""
-    if _names_a_layout(args, kwargs):
-        return out
-    return _replicated_where_operands_are(out, args, kwargs)
-
-
 def _names_a_layout(args, kwargs) -> bool:
     """mesh= or spec= given, or a Mesh or PartitionSpec among the positional
     arguments (JAXMg's call forms pass them so)."""
@@ -181,12 +164,31 @@ def _names_a_layout(args, kwargs) -> bool:
 
 
 def _replicated_where_operands_are(out, args, kwargs):
-    if not (isinstance(out, jax.Array) or type(out) is tuple or _named_tuple(out)):
+    """out, each array replicated where every operand is replicated on
+    explicit mesh axes (the caller checks the call names no mesh or spec):
+    JAX types such results replicated, and code written for JAX relies on
+    it after the call (indexing, slicing, dynamic slices), where jaxmg's
+    distributed results would come typed sharded. A call that names its
+    mesh or spec asks for jaxmg's layout and keeps it; factors
+    (cho_factor's, lu_factor's) keep the layout their solves read."""
+    leaves = _result_arrays(out)
+    if leaves is None or not _replicated_operands(args, kwargs):
         return out
-    leaves = (out,) if isinstance(out, jax.Array) else tuple(out)
-    if not all(isinstance(x, jax.Array) for x in leaves) or not _replicated_operands(args, kwargs):
-        return out
-    leaves = tuple(_replicated(x) for x in leaves)
+    return _rebuilt(out, tuple(_replicated(x) for x in leaves))
+
+
+def _result_arrays(out):
+    """The arrays of a result that is an array, or a tuple or NamedTuple of
+    arrays (not a factor object); None for any other result."""
+    if isinstance(out, jax.Array):
+        return (out,)
+    if type(out) is tuple or _named_tuple(out):
+        return tuple(out) if all(isinstance(x, jax.Array) for x in out) else None
+    return None
+
+
+def _rebuilt(out, leaves):
+    """A result of out's form holding `leaves` instead."""
     if isinstance(out, jax.Array):
         return leaves[0]
     return type(out)(*leaves) if _named_tuple(out) else leaves
@@ -229,7 +231,8 @@ def one_program(*static_argnames, when=None):
     matrix is put on the default device first, as jnp would. Traced
     arguments, batches and calls that `when` (of the bound arguments)
     refuses run step by step. static_argnames: the routine's options other
-    than mesh, spec and backend."""
+    than mesh, spec and backend. It runs inside returns_ready_on_cpus's call
+    (the public routine's entry), which refused deleted arguments."""
 
     statics = tuple(static_argnames) + ("mesh", "spec", "backend")
 
@@ -252,8 +255,6 @@ def one_program(*static_argnames, when=None):
             if isinstance(named[first], np.ndarray) and named[first].dtype.kind in "iufc":
                 named[first] = jnp.asarray(named[first])  # on the default device, as jnp's
             a = named[first]
-            for name, x in named.items():
-                placement.check_alive(x, name)
             if not _whole(a, named, statics) or (when is not None and not when(named)):
                 return routine(*args, **kwargs)
             asked = _names_a_layout(args, kwargs)

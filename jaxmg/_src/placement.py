@@ -277,23 +277,22 @@ def check_devices_agree(routine: str, named) -> None:
             x = _peel(leaf)[1] if isinstance(leaf, jax.core.Tracer) else leaf
             if not concrete(x) or x.is_deleted() or not x.committed:
                 continue
-            devices = x.sharding.device_set
             if first is None:
-                first = (name, devices, value is leaf,
-                         isinstance(x.sharding, NamedSharding))
-            elif devices != first[1]:
-                ids = lambda d: sorted(e.id for e in d)  # noqa: E731
-                if not first[2]:
+                first, first_name, whole = x, name, value is leaf
+            elif x.sharding.device_set != first.sharding.device_set:
+                ids = lambda a: sorted(d.id for d in a.sharding.device_set)  # noqa: E731
+                if not whole:
                     there = (f"jax.device_put({name}, NamedSharding(mesh, P())) on the mesh "
-                             f"of {first[0]}'s arrays")
-                elif first[3]:  # replicated on its mesh: every rank of b fits
-                    there = f"jax.device_put({name}, NamedSharding({first[0]}.sharding.mesh, P()))"
+                             f"of {first_name}'s arrays")
+                elif isinstance(first.sharding, NamedSharding):  # replicated: any rank fits
+                    there = (f"jax.device_put({name}, "
+                             f"NamedSharding({first_name}.sharding.mesh, P()))")
                 else:
-                    there = f"jax.device_put({name}, {first[0]}.sharding)"
+                    there = f"jax.device_put({name}, {first_name}.sharding)"
                 raise ValueError(
-                    f"jaxmg: {routine}'s {first[0]} lives on devices {ids(first[1])} and "
-                    f"{name} on devices {ids(devices)}: JAX computes with committed arrays "
-                    f"only on the same devices. Put {name} where {first[0]} is ({there}), "
+                    f"jaxmg: {routine}'s {first_name} lives on devices {ids(first)} and "
+                    f"{name} on devices {ids(x)}: JAX computes with committed arrays "
+                    f"only on the same devices. Put {name} where {first_name} is ({there}), "
                     "or pass it uncommitted (a NumPy array)"
                 )
 
