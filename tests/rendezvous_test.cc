@@ -13,6 +13,7 @@
 
 using jaxmg::Status;
 using jaxmg::rendezvous::CallKey;
+using jaxmg::rendezvous::Gather;
 using jaxmg::rendezvous::LiveMeetings;
 using jaxmg::rendezvous::Meet;
 using namespace std::chrono_literals;
@@ -104,6 +105,28 @@ void CheckLoopedCallSite(int n, int iterations) {
   CHECK(LiveMeetings() == 0);
 }
 
+// Each participant learns every participant's value, in participant order,
+// whatever order they arrive in; looped, each round sees its own values.
+void CheckGather(int n, int rounds) {
+  std::vector<int64_t> wrong(n, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      for (int r = 0; r < rounds; ++r) {
+        if ((r + i) % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+        std::vector<int64_t> all;
+        Status s = Gather({-42, 7}, n, i, 1000 * r + 10 * i, 10s, &all);
+        bool right = s.ok() && static_cast<int>(all.size()) == n;
+        for (int j = 0; right && j < n; ++j) right = all[j] == 1000 * r + 10 * j;
+        if (!right) wrong[i] += 1;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n; ++i) CHECK(wrong[i] == 0);
+  CHECK(LiveMeetings() == 0);
+}
+
 void CheckBadArguments() {
   int64_t payload = 0;
   CHECK(!Meet({1, 1}, 2, 2, &payload, 10ms, [](auto&) { return Status::Ok(); }).ok());
@@ -122,6 +145,8 @@ int main() {
   CHECK(LiveMeetings() == 0);
   CheckLoopedCallSite(2, 500);
   CheckLoopedCallSite(8, 200);
+  CheckGather(1, 3);
+  CheckGather(8, 100);
   CheckTimeoutNamesMissing();
   CheckLeaderErrorReachesAll();
   CheckBadArguments();

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxmg._src import config, library, processes
-from jaxmg._src.placement import Placement, axis_devices, platform_of
+from jaxmg._src.placement import Placement, axis_devices, concrete_mesh, platform_of
 
 _CALL_IDS = itertools.count(1)
 
@@ -30,6 +30,16 @@ def _call_id(placement: Placement, platform: str) -> int:
     return next(_CALL_IDS)
 
 
+def _device_ids(placement: Placement) -> np.ndarray:
+    """The CUDA ordinals of the call's GPUs in axis order; none where the
+    call is traced on an abstract mesh in one process (its participants then
+    exchange them when they run)."""
+    if concrete_mesh(placement) is None and jax.process_count() == 1:
+        return np.zeros((0,), dtype=np.int64)
+    devices = axis_devices(placement, "on GPUs of several processes")
+    return np.array([processes.ordinal(d) for d in devices], dtype=np.int64)
+
+
 def call(routine: str, placement: Placement, operands, results, *, tile: int, alias=True,
          b_sharded=False, trans=0, vectors=True, to_block_cyclic=True):
     """Calls the target of `routine` on this device's blocks.
@@ -44,8 +54,7 @@ def call(routine: str, placement: Placement, operands, results, *, tile: int, al
     attrs = {}
     if platform == "cuda":
         library.cuda_library()
-        devices = axis_devices(placement, "on GPUs")
-        attrs["device_ids"] = np.array([processes.ordinal(d) for d in devices], dtype=np.int64)
+        attrs["device_ids"] = _device_ids(placement)
     else:
         library.library()
     call_id = _call_id(placement, platform)

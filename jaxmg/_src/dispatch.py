@@ -76,13 +76,14 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
     if placement.manual:
         return _choose_for_blocks(routine, n, placement, backend, itemsize)
     platform = platform_of(placement)
-    if platform == "cuda" and concrete_mesh(placement) is None:
-        # Traced on explicit axes with no mesh in context: the GPUs' numbers,
-        # which the libraries need, are not known.
+    if platform == "cuda" and concrete_mesh(placement) is None and jax.process_count() > 1:
+        # Traced on explicit axes with no mesh in context, in a job of several
+        # processes: which process's GPUs meet is not known. (In one process
+        # the participants exchange their GPUs' numbers when they run.)
         if backend not in ("auto", "jax"):
             raise ValueError(
-                f"jaxmg: backend={backend!r} needs the mesh's GPUs: under jit, call under "
-                "`with jax.set_mesh(mesh):` or pass mesh="
+                f"jaxmg: backend={backend!r} across processes needs the mesh's GPUs: under "
+                "jit, call under `with jax.set_mesh(mesh):` or pass mesh="
             )
         return native.ENGINE
     if platform == "cuda" and routine == "potri" and placement.n_devices > 1:
@@ -139,7 +140,7 @@ def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> b
     """Whether JAX's solver has room on every device of the call (which each
     hold the whole matrix for it); unknown memory counts as room."""
     needed = NATIVE_COPIES[routine] * n * n * itemsize
-    for device in axis_devices(placement, ""):
+    for device in _call_devices(placement):
         stats = device.memory_stats() if device.process_index == jax.process_index() else None
         if not stats or "bytes_limit" not in stats:
             continue
@@ -147,6 +148,14 @@ def _native_fits(routine: str, n: int, itemsize: int, placement: Placement) -> b
         if needed > free:
             return False
     return True
+
+
+def _call_devices(placement: Placement):
+    """The devices of the call; for an abstract mesh (under jit, one
+    process), every local device of its platform, among which are its own."""
+    if concrete_mesh(placement) is not None:
+        return axis_devices(placement, "")
+    return jax.local_devices(backend=platform_of(placement))
 
 
 def _check_batch_element(placement: Placement, backend: str) -> None:
@@ -173,9 +182,12 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
                 "or call under `with jax.set_mesh(mesh):`"
             )
         return native.ENGINE
+    on_gpus = platform_of(placement) == "cuda" and not placement.manual
     if backend == "auto":
-        on_gpus = platform_of(placement) == "cuda" and not placement.manual
-        backend = "mp" if on_gpus and placement.n_devices > 1 else "jax"
+        # cuSOLVERMp's NCCL group is made of the mesh's GPUs, which a mesh
+        # traced without them (explicit axes, no mesh in context) does not name.
+        known = concrete_mesh(placement) is not None
+        backend = "mp" if on_gpus and placement.n_devices > 1 and known else "jax"
     if backend == "mp":
         mp.check(placement, what, instead="'jax'")
         return mp.ENGINE

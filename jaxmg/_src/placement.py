@@ -518,8 +518,9 @@ def axis_devices(placement: Placement, why: str):
     mesh = concrete_mesh(placement)
     if mesh is None:
         raise ValueError(
-            f"jaxmg: inside shard_map {why}, pass mesh= (the concrete jax.sharding.Mesh) or "
-            "call under `with jax.set_mesh(mesh):`"
+            f"jaxmg: {why}, jaxmg needs the mesh's devices, which a call traced on an abstract "
+            "mesh (under jit or shard_map) does not name: pass mesh= (the concrete "
+            "jax.sharding.Mesh) or call under `with jax.set_mesh(mesh):`"
         )
     # The row axes first, in order (the first one major), as P((r, c), None) deals rows.
     axes = [mesh.axis_names.index(ax) for ax in placement.axes]

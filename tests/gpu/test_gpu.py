@@ -274,3 +274,40 @@ def test_vmap_and_scan():
     for i in range(batch):
         assert _rel(a64[i] @ _local(x[i]) - b[i]) < 1e-10 * _rel(b[i])
         assert _rel(_local(xs[i]) - _local(x[i])) < 1e-12 * _rel(x[i])
+
+
+@pytest.mark.parametrize("mesh_name,devices", MESHES, ids=[m[0] for m in MESHES])
+def test_jit_of_explicitly_sharded_arrays_needs_no_mesh_context(mesh_name, devices):
+    """Inside the caller's own jit with neither jax.set_mesh nor mesh=, the
+    arrays' types name only an abstract mesh: cuSOLVERMg still runs (its
+    participants exchange their GPUs' numbers when they meet), not JAX's
+    solver, and the results are right."""
+    from jaxmg._src import library
+
+    n = 1024
+    mesh = jax.make_mesh((len(devices),), ("x",), devices=devices,
+                         axis_types=(jax.sharding.AxisType.Explicit,))
+    a64 = _spd(jax.random.key(51), n, jnp.float64)
+    g64 = _general(jax.random.key(52), n, jnp.float64)
+    b64 = jax.random.normal(jax.random.key(53), (n, 2), jnp.float64)
+    rows, whole = NamedSharding(mesh, P("x", None)), NamedSharding(mesh, P())
+    a, g, b = jax.device_put(a64, rows), jax.device_put(g64, rows), jax.device_put(b64, whole)
+
+    def f(a, g, b):
+        return (jaxmg.solve(a, b, assume_a="pos", backend="jaxmg", tile_size=128),
+                jaxmg.solve(g, b, backend="jaxmg", tile_size=128),
+                jaxmg.cho_solve(jaxmg.cho_factor(a, backend="jaxmg", tile_size=128), b),
+                jaxmg.eigh(a, backend="jaxmg", tile_size=128),
+                jaxmg.solve(a, b, assume_a="pos", precision="mixed"))
+
+    text = jax.jit(f).lower(a, g, b).as_text()
+    for routine in ("potrf", "cholsolve", "getrf", "lusolve", "syevd"):
+        assert library.target_name("mg", routine, jnp.float64) in text, routine
+    x_pos, x_gen, x_fac, (w, v), x_mixed = jax.jit(f)(a, g, b)
+    a_np, g_np, b_np = np.asarray(a64), np.asarray(g64), np.asarray(b64)
+    for x, m in ((x_pos, a_np), (x_gen, g_np), (x_fac, a_np), (x_mixed, a_np)):
+        x = np.asarray(x)
+        assert np.linalg.norm(m @ x - b_np) < 1e-10 * np.linalg.norm(m) * np.linalg.norm(x)
+    w, v = np.asarray(w), np.asarray(v)
+    np.testing.assert_allclose(w, np.linalg.eigvalsh(a_np), rtol=1e-10, atol=1e-10)
+    assert np.linalg.norm(a_np @ v - v * w) < 1e-9 * np.linalg.norm(a_np)

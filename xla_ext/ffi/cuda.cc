@@ -1,10 +1,14 @@
 // Platform "CUDA" for the cuSOLVERMg engine: one process with an XLA thread
 // per GPU, or one process per GPU. A participant finds its place from its
 // own GPU in the call's device list (`device_ids`, the mesh's CUDA ordinals
-// in axis order; the position operand is not read), takes its workspace from
-// XLA's allocator on its GPU, waits for its stream and meets the others; the
-// leader then drives cuSOLVERMg over every participant's buffers.
+// in axis order), takes its workspace from XLA's allocator on its GPU, waits
+// for its stream and meets the others; the leader then drives cuSOLVERMg
+// over every participant's buffers. A call traced without its mesh's devices
+// (jit of explicitly sharded arrays, no mesh in context) comes with an empty
+// list: in one process the participants then read their positions on the
+// axis (the last operand) and exchange their GPUs' numbers first.
 #include <algorithm>
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -16,6 +20,7 @@
 #include "xla_ext/ffi/handler.h"
 #include "xla_ext/ffi/registry.h"
 #include "xla_ext/rendezvous/ipc_transport.h"
+#include "xla_ext/rendezvous/rendezvous.h"
 #include "xla_ext/vendor/cuda.h"
 
 namespace jaxmg::ffi_layer {
@@ -24,20 +29,21 @@ namespace {
 class Cuda {
  public:
   Cuda(cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator& scratch,
-       ffi::Span<const int64_t> device_ids)
+       ffi::Span<const int64_t> device_ids, const void* position)
       : stream_(stream), ordinal_(ordinal), scratch_(scratch),
-        devices_(device_ids.begin(), device_ids.end()) {}
+        devices_(device_ids.begin(), device_ids.end()), position_(position) {}
 
   Status Join(const CallSite& site, int* index) {
     if (!cuda::Loaded()) {
       return Status::Error("jaxmg: the CUDA libraries are not loaded; jaxmg loads them when it "
                            "registers its CUDA targets (import jaxmg and call it normally)");
     }
+    ipc_ = processes::CallProcesses(site.call_id, &owners_);
+    if (devices_.empty() && !ipc_) JAXMG_RETURN_IF_ERROR(ExchangeDevices(site));
     if (static_cast<int64_t>(devices_.size()) != site.n_devices) {
       return Errorf("jaxmg: device_ids names ", devices_.size(), " GPUs for ", site.n_devices,
                     " participants");
     }
-    ipc_ = processes::CallProcesses(site.call_id, &owners_);
     *index = -1;
     if (ipc_) {
       // One process per GPU: a process's place is its rank's (the same GPU may
@@ -115,10 +121,32 @@ class Cuda {
   void set_run_id(int64_t run_id) { run_id_ = run_id; }
 
  private:
+  // The device list of a call traced without it. Its own meeting (the call's
+  // key, negated) precedes the call's: the workspace query needs the list.
+  Status ExchangeDevices(const CallSite& site) {
+    int32_t position = -1;
+    JAXMG_CUDA(cuda::api().cudaMemcpyAsync(&position, position_, sizeof(position),
+                                           cudaMemcpyDeviceToHost, stream_));
+    JAXMG_CUDA(cuda::api().cudaStreamSynchronize(stream_));
+    std::vector<int64_t> all;
+    JAXMG_RETURN_IF_ERROR(rendezvous::Gather({-site.call_id, run_id_},
+                                             static_cast<int>(site.n_devices), position,
+                                             ordinal_, std::chrono::milliseconds(site.timeout_ms),
+                                             &all));
+    devices_.assign(all.begin(), all.end());
+    std::vector<int> sorted = devices_;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+      return Status::Error("jaxmg: two participants of one call run on the same GPU");
+    }
+    return Status::Ok();
+  }
+
   cudaStream_t stream_;
   int32_t ordinal_;
   ffi::ScratchAllocator& scratch_;
   std::vector<int> devices_;
+  const void* position_;
   std::vector<int32_t> owners_;
   bool ipc_ = false;
   int index_ = -1;
@@ -144,7 +172,9 @@ XLA_FFI_Error* MgTarget(XLA_FFI_CallFrame* frame) {
           .To([](cudaStream_t stream, int32_t ordinal, ffi::ScratchAllocator scratch,
                  ffi::RunId run, ffi::RemainingArgs args, ffi::RemainingRets rets, CallSite site,
                  Options options, ffi::Span<const int64_t> device_ids) {
-            Cuda cuda(stream, ordinal, scratch, device_ids);
+            ffi::ErrorOr<ffi::AnyBuffer> position = args.get<ffi::AnyBuffer>(args.size() - 1);
+            if (!position) return ffi::Error::InvalidArgument("jaxmg: no position operand");
+            Cuda cuda(stream, ordinal, scratch, device_ids, position->untyped_data());
             cuda.set_run_id(run.run_id);
             return Collective<Cuda, R, FfiType<T>::kValue>(cuda, args, rets, site, options);
           })

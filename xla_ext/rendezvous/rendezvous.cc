@@ -138,6 +138,20 @@ Status Meet(const CallKey& key, int n, int index, void* payload,
   return result;
 }
 
+Status Gather(const CallKey& key, int n, int index, int64_t value,
+              std::chrono::milliseconds arrival_timeout, std::vector<int64_t>* all) {
+  struct Slot {
+    int64_t value;
+    std::vector<int64_t>* all;
+  } mine{value, all};
+  return Meet(key, n, index, &mine, arrival_timeout, [](const std::vector<void*>& slots) {
+    std::vector<int64_t> values;
+    for (void* p : slots) values.push_back(static_cast<Slot*>(p)->value);
+    for (void* p : slots) *static_cast<Slot*>(p)->all = values;
+    return Status::Ok();
+  });
+}
+
 Status RunLeaderWork(const LeaderWork& work, const std::vector<void*>& payloads) {
   try {
     return work(payloads);

@@ -34,6 +34,11 @@ using LeaderWork = std::function<Status(const std::vector<void*>& payloads)>;
 Status Meet(const CallKey& key, int n, int index, void* payload,
             std::chrono::milliseconds arrival_timeout, const LeaderWork& leader_work);
 
+// Every participant's `value`, in participant order, into each one's `all`:
+// a meeting of its own whose leader copies the values out.
+Status Gather(const CallKey& key, int n, int index, int64_t value,
+              std::chrono::milliseconds arrival_timeout, std::vector<int64_t>* all);
+
 // Runs the leader's work, turning an escaping exception into an error (no
 // exception crosses into XLA). Shared with the cross-process meeting.
 Status RunLeaderWork(const LeaderWork& work, const std::vector<void*>& payloads);
