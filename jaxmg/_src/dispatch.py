@@ -155,7 +155,7 @@ def _call_devices(placement: Placement):
     process), every local device of its platform, among which are its own."""
     if concrete_mesh(placement) is not None:
         return axis_devices(placement, "")
-    return jax.local_devices(backend=platform_of(placement))
+    return jax.local_devices(backend="gpu" if platform_of(placement) == "cuda" else "cpu")
 
 
 def _check_batch_element(placement: Placement, backend: str) -> None:

@@ -298,14 +298,15 @@ def test_jit_of_explicitly_sharded_arrays_needs_no_mesh_context(mesh_name, devic
                 jaxmg.solve(g, b, backend="jaxmg", tile_size=128),
                 jaxmg.cho_solve(jaxmg.cho_factor(a, backend="jaxmg", tile_size=128), b),
                 jaxmg.eigh(a, backend="jaxmg", tile_size=128),
-                jaxmg.solve(a, b, assume_a="pos", precision="mixed"))
+                jaxmg.solve(a, b, assume_a="pos", precision="mixed"),
+                jaxmg.solve(a, b, assume_a="pos"))
 
     text = jax.jit(f).lower(a, g, b).as_text()
     for routine in ("potrf", "cholsolve", "getrf", "lusolve", "syevd"):
         assert library.target_name("mg", routine, jnp.float64) in text, routine
-    x_pos, x_gen, x_fac, (w, v), x_mixed = jax.jit(f)(a, g, b)
+    x_pos, x_gen, x_fac, (w, v), x_mixed, x_auto = jax.jit(f)(a, g, b)
     a_np, g_np, b_np = np.asarray(a64), np.asarray(g64), np.asarray(b64)
-    for x, m in ((x_pos, a_np), (x_gen, g_np), (x_fac, a_np), (x_mixed, a_np)):
+    for x, m in ((x_pos, a_np), (x_gen, g_np), (x_fac, a_np), (x_mixed, a_np), (x_auto, a_np)):
         x = np.asarray(x)
         assert np.linalg.norm(m @ x - b_np) < 1e-10 * np.linalg.norm(m) * np.linalg.norm(x)
     w, v = np.asarray(w), np.asarray(v)
