@@ -106,16 +106,41 @@ def test_eager_under_set_mesh(rng):
     assert helpers.residual(a, x, b) <= tol(n)
 
 
-def test_jit_without_mesh_runs_jax_and_backend_jaxmg_says_how_to_fix(rng):
-    """Under jit an Auto-axis array does not show its devices: backend="auto"
-    runs JAX's solver (as jax.scipy would); backend="jaxmg" names the fixes."""
-    mesh = jax.make_mesh((2,), ("x",), axis_types=(jax.sharding.AxisType.Auto,),
-                         devices=helpers.devices(2))
-    a = helpers.spd(rng, 8, DTYPE)
-    a_dev = jax.device_put(a, NamedSharding(mesh, P("x", None)))
-    assert helpers.inverse_error(a, jax.jit(jaxmg.potri)(a_dev)) <= tol(8)
+def test_jit_of_an_auto_axis_array_spreads_it_over_its_mesh(rng):
+    """Under jit an array put on a mesh of Auto axes has a type that names
+    the mesh but not the layout: jaxmg spreads the rows over that mesh (as
+    under jax.set_mesh), whatever the layout was. A
+    batch under vmap stays with JAX's solver, each matrix where it lies; a
+    plain array (no mesh) runs JAX's solver, and backend="jaxmg" names the
+    fixes there."""
+    from jaxmg._src import library
+
+    n = 8
+    a = helpers.spd(rng, n, DTYPE)
+    ours = library.target_name("lapack", "potri", DTYPE)
+    for shape in ((1,), (2,), (2, 2)):
+        names = ("x", "y")[: len(shape)]
+        mesh = jax.make_mesh(shape, names, axis_types=(jax.sharding.AxisType.Auto,) * len(shape),
+                             devices=helpers.devices(int(np.prod(shape))))
+        for spec in (P(), P(None, names[-1])):
+            a_dev = jax.device_put(a, NamedSharding(mesh, spec))
+            for backend in ("auto", "jaxmg"):
+                f = jax.jit(functools.partial(jaxmg.potri, backend=backend))
+                # auto on one CPU device picks JAX's solver, as it does eagerly
+                spread = backend == "jaxmg" or mesh.size > 1
+                assert (ours in f.lower(a_dev).as_text()) == spread, (shape, spec, backend)
+                assert helpers.inverse_error(a, f(a_dev)) <= tol(n)
+        batch = jax.device_put(np.stack([a, 2 * a]), NamedSharding(mesh, P(names[0])))
+        f = jax.jit(jax.vmap(jaxmg.potri))
+        assert ours not in f.lower(batch).as_text()
+        inverses = f(batch)
+        assert helpers.inverse_error(a, inverses[0]) <= tol(n)
+        assert helpers.inverse_error(2 * a, inverses[1]) <= tol(n)
+    plain = jnp.asarray(a)
+    assert ours not in jax.jit(jaxmg.potri).lower(plain).as_text()
+    assert helpers.inverse_error(a, jax.jit(jaxmg.potri)(plain)) <= tol(n)
     with pytest.raises(ValueError, match=r"backend='jaxmg' needs to know the devices.*jax.set_mesh"):
-        jax.jit(functools.partial(jaxmg.potri, backend="jaxmg"))(a_dev)
+        jax.jit(functools.partial(jaxmg.potri, backend="jaxmg"))(plain)
 
 
 def test_several_calls_in_one_jit(rng):

@@ -370,6 +370,8 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
         # Traced on explicit axes with no mesh in context (as jit takes JAX's
         # own functions): the type names the mesh, not its devices.
         mesh = sharding.mesh
+    if mesh is None and isinstance(a, jax.core.Tracer):
+        mesh = _auto_axes_mesh(a)
     if mesh is None:
         if spec is None and isinstance(a, jax.core.Tracer):
             return UNPLACED
@@ -400,6 +402,21 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
         # device's block is split further along the others, a local slice.
         rows = axes + others
     return Placement(mesh, rows, manual=False)
+
+
+def _auto_axes_mesh(a):
+    """The mesh of a matrix traced on mesh axes of type Auto (jit's input
+    put on such a mesh): its type names the mesh, not the layout, and the
+    rows are spread over it as under jax.set_mesh. None under vmap, where
+    each matrix of the batch stays with JAX's solver, solved where the
+    partitioner puts it."""
+    if _peel(a)[0]:
+        return None
+    mesh = getattr(getattr(jax.typeof(a), "sharding", None), "mesh", None)
+    if (mesh is None or mesh.empty
+            or any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types)):
+        return None
+    return mesh
 
 
 def _check_same_devices(sharding, mesh: Mesh, name: str) -> None:

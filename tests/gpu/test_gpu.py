@@ -276,17 +276,18 @@ def test_vmap_and_scan():
         assert _rel(_local(xs[i]) - _local(x[i])) < 1e-12 * _rel(x[i])
 
 
+@pytest.mark.parametrize("axis_type", ["Explicit", "Auto"])
 @pytest.mark.parametrize("mesh_name,devices", MESHES, ids=[m[0] for m in MESHES])
-def test_jit_of_explicitly_sharded_arrays_needs_no_mesh_context(mesh_name, devices):
+def test_jit_of_sharded_arrays_needs_no_mesh_context(mesh_name, devices, axis_type):
     """Inside the caller's own jit with neither jax.set_mesh nor mesh=, the
-    arrays' types name only an abstract mesh: cuSOLVERMg still runs (its
-    participants exchange their GPUs' numbers when they meet), not JAX's
-    solver, and the results are right."""
+    arrays' types name only an abstract mesh (of explicit or Auto axes):
+    cuSOLVERMg still runs (its participants exchange their GPUs' numbers
+    when they meet), not JAX's solver, and the results are right."""
     from jaxmg._src import library
 
     n = 1024
     mesh = jax.make_mesh((len(devices),), ("x",), devices=devices,
-                         axis_types=(jax.sharding.AxisType.Explicit,))
+                         axis_types=(getattr(jax.sharding.AxisType, axis_type),))
     a64 = _spd(jax.random.key(51), n, jnp.float64)
     g64 = _general(jax.random.key(52), n, jnp.float64)
     b64 = jax.random.normal(jax.random.key(53), (n, 2), jnp.float64)
