@@ -77,8 +77,8 @@ def choose(routine: str, n: int, placement: Placement, backend: str,
         return _choose_for_blocks(routine, n, placement, backend, itemsize)
     platform = platform_of(placement)
     if platform == "cuda" and concrete_mesh(placement) is None and jax.process_count() > 1:
-        # Traced on explicit axes with no mesh in context, in a job of several
-        # processes: which process's GPUs meet is not known. (In one process
+        # Traced on an abstract mesh with no concrete one in context, in a job
+        # of several processes: which process's GPUs meet is not known. (In one process
         # the participants exchange their GPUs' numbers when they run.)
         if backend not in ("auto", "jax"):
             raise ValueError(
@@ -184,8 +184,8 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
         return native.ENGINE
     on_gpus = platform_of(placement) == "cuda" and not placement.manual
     if backend == "auto":
-        # cuSOLVERMp's NCCL group is made of the mesh's GPUs, which a mesh
-        # traced without them (explicit axes, no mesh in context) does not name.
+        # cuSOLVERMp's NCCL group is made of the mesh's GPUs, which an
+        # abstract mesh (under jit, no concrete mesh in context) does not name.
         known = concrete_mesh(placement) is not None
         backend = "mp" if on_gpus and placement.n_devices > 1 and known else "jax"
     if backend == "mp":

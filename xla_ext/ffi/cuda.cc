@@ -4,8 +4,8 @@
 // in axis order), takes its workspace from XLA's allocator on its GPU, waits
 // for its stream and meets the others; the leader then drives cuSOLVERMg
 // over every participant's buffers. A call traced without its mesh's devices
-// (jit of explicitly sharded arrays, no mesh in context) comes with an empty
-// list: in one process the participants then read their positions on the
+// (under jit on an abstract mesh, no concrete mesh in context) comes with an
+// empty list: in one process the participants then read their positions on the
 // axis (the last operand) and exchange their GPUs' numbers first.
 #include <algorithm>
 #include <chrono>
