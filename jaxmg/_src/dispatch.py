@@ -182,8 +182,8 @@ def choose_rectangular(placement: Placement, backend: str, what: str) -> base.En
                 "or call under `with jax.set_mesh(mesh):`"
             )
         return native.ENGINE
-    on_gpus = platform_of(placement) == "cuda" and not placement.manual
     if backend == "auto":
+        on_gpus = platform_of(placement) == "cuda" and not placement.manual
         # cuSOLVERMp's NCCL group is made of the mesh's GPUs, which an
         # abstract mesh (under jit, no concrete mesh in context) does not name.
         known = concrete_mesh(placement) is not None
