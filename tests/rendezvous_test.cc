@@ -4,6 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -79,24 +80,16 @@ void CheckLeaderErrorReachesAll() {
   for (const Status& s : statuses) CHECK(!s.ok() && s.message() == "engine failed");
 }
 
-// One call site inside a loop: each participant meets `iterations` times
-// under one key, some running ahead of the others; every meeting sees the
-// payloads of its own iteration.
-void CheckLoopedCallSite(int n, int iterations) {
+// n threads run `round(i, r)` for r < rounds, some running ahead of the
+// others; every round must succeed and nothing stays registered after.
+void CheckRounds(int n, int rounds, const std::function<bool(int, int)>& round) {
   std::vector<int64_t> wrong(n, 0);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
-      for (int it = 0; it < iterations; ++it) {
-        if ((it + i) % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
-        int64_t mine = it;
-        int64_t seen = -1;
-        Status s = Meet({123, 456}, n, i, &mine, 10s, [&](const std::vector<void*>& all) {
-          seen = 0;
-          for (void* p : all) seen += *static_cast<int64_t*>(p) == it ? 1 : 0;
-          return seen == n ? Status::Ok() : Status::Error("payloads of two iterations mixed");
-        });
-        if (!s.ok()) wrong[i] += 1;
+      for (int r = 0; r < rounds; ++r) {
+        if ((r + i) % 7 == 0) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        if (!round(i, r)) wrong[i] += 1;
       }
     });
   }
@@ -105,26 +98,29 @@ void CheckLoopedCallSite(int n, int iterations) {
   CHECK(LiveMeetings() == 0);
 }
 
+// One call site inside a loop: each participant meets `iterations` times
+// under one key; every meeting sees the payloads of its own iteration.
+void CheckLoopedCallSite(int n, int iterations) {
+  CheckRounds(n, iterations, [n](int i, int it) {
+    int64_t mine = it;
+    return Meet({123, 456}, n, i, &mine, 10s, [&](const std::vector<void*>& all) {
+             int seen = 0;
+             for (void* p : all) seen += *static_cast<int64_t*>(p) == it ? 1 : 0;
+             return seen == n ? Status::Ok() : Status::Error("payloads of two iterations mixed");
+           }).ok();
+  });
+}
+
 // Each participant learns every participant's value, in participant order,
 // whatever order they arrive in; looped, each round sees its own values.
 void CheckGather(int n, int rounds) {
-  std::vector<int64_t> wrong(n, 0);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < n; ++i) {
-    threads.emplace_back([&, i] {
-      for (int r = 0; r < rounds; ++r) {
-        if ((r + i) % 5 == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
-        std::vector<int64_t> all;
-        Status s = Gather({-42, 7}, n, i, 1000 * r + 10 * i, 10s, &all);
-        bool right = s.ok() && static_cast<int>(all.size()) == n;
-        for (int j = 0; right && j < n; ++j) right = all[j] == 1000 * r + 10 * j;
-        if (!right) wrong[i] += 1;
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int i = 0; i < n; ++i) CHECK(wrong[i] == 0);
-  CHECK(LiveMeetings() == 0);
+  CheckRounds(n, rounds, [n](int i, int r) {
+    std::vector<int64_t> all;
+    bool right = Gather({-42, 7}, n, i, 1000 * r + 10 * i, 10s, &all).ok() &&
+                 static_cast<int>(all.size()) == n;
+    for (int j = 0; right && j < n; ++j) right = all[j] == 1000 * r + 10 * j;
+    return right;
+  });
 }
 
 void CheckBadArguments() {
