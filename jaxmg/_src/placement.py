@@ -81,29 +81,35 @@ def _rows_axis(spec, name: str):
     return rows
 
 
+def _typed_sharding(x):
+    """The sharding of x's type where it names a mesh; None otherwise."""
+    sharding = getattr(jax.typeof(x), "sharding", None)
+    mesh = getattr(sharding, "mesh", None)
+    return None if mesh is None or mesh.empty else sharding
+
+
+def _explicit(sharding) -> bool:
+    return jax.sharding.AxisType.Explicit in sharding.mesh.axis_types
+
+
 def sharding_of(x):
     """x's sharding where it is known: a concrete array's, or a tracer's
     explicit sharding type (whose mesh is then abstract: the spec is known,
     the devices are not). A tracer on axes of type Auto says nothing."""
     if isinstance(x, jax.core.Tracer):
-        sharding = getattr(jax.typeof(x), "sharding", None)
-        mesh = getattr(sharding, "mesh", None)
-        if mesh is None or mesh.empty:
-            return None
-        explicit = jax.sharding.AxisType.Explicit
-        return sharding if any(t == explicit for t in mesh.axis_types) else None
+        sharding = _typed_sharding(x)
+        return sharding if sharding is not None and _explicit(sharding) else None
     return getattr(x, "sharding", None)
 
 
 def explicit_spec(x):
     """(mesh, spec with one entry per dimension) where x's type is sharded on
     explicit mesh axes (the concrete mesh of a concrete array); None otherwise."""
-    sharding = getattr(jax.typeof(x), "sharding", None)
-    mesh = getattr(sharding, "mesh", None)
-    if mesh is None or mesh.empty or jax.sharding.AxisType.Explicit not in mesh.axis_types:
+    sharding = _typed_sharding(x)
+    if sharding is None or not _explicit(sharding):
         return None
     concrete = getattr(x, "sharding", None) if not isinstance(x, jax.core.Tracer) else None
-    mesh = getattr(concrete, "mesh", mesh)
+    mesh = getattr(concrete, "mesh", sharding.mesh)
     return mesh, tuple(sharding.spec) + (None,) * (x.ndim - len(sharding.spec))
 
 
@@ -412,11 +418,10 @@ def _auto_axes_mesh(a):
     partitioner puts it."""
     if _peel(a)[0]:
         return None
-    mesh = getattr(getattr(jax.typeof(a), "sharding", None), "mesh", None)
-    if (mesh is None or mesh.empty
-            or any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types)):
+    sharding = _typed_sharding(a)
+    if sharding is None or any(t != jax.sharding.AxisType.Auto for t in sharding.mesh.axis_types):
         return None
-    return mesh
+    return sharding.mesh
 
 
 def _check_same_devices(sharding, mesh: Mesh, name: str) -> None:
