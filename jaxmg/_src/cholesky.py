@@ -236,7 +236,8 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
             vector = batching.vector_rhs(b, nd + 2, f.layout.n, "cho_solve")
             return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
         b = operators.as_rhs(b, f.layout.n)
-        return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement))
+        return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement),
+                          triangle_read=True)
     if not isinstance(f, (tuple, list)) or len(f) != 2:
         raise TypeError(
             "jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns, or a pair "
@@ -536,7 +537,10 @@ def _no_grad_factor(f: CholeskyFactor) -> CholeskyFactor:
     )
 
 
-def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool):
+def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool, triangle_read: bool = False):
+    """X with A X = B, differentiable in f.a. triangle_read: differentiated
+    as the matrix the factor stands for (cho_factor's, which reads one
+    triangle of a), not as a itself (solve's, as jax.scipy.linalg.solve)."""
     plain = _no_grad_factor(f)
 
     def solve(_, r):
@@ -544,7 +548,8 @@ def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool):
 
     if f.a is None:
         return solve(None, b)
-    matvec = operators.matvec(operators.keep_rows_sharded(f.a, f.layout), f.layout, b)
+    a = _as_factored(f.layout, f.lower, f.a, plain.factor, plain.info) if triangle_read else f.a
+    matvec = operators.matvec(operators.keep_rows_sharded(a, f.layout), f.layout, b)
     if jnp.iscomplexobj(b):
         transpose_solve = lambda _, r: jnp.conj(solve(None, jnp.conj(r)))  # noqa: E731
         return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
@@ -566,12 +571,14 @@ def _spd_logdet(layout, a, factor, info):
 @_spd_logdet.defjvp
 def _spd_logdet_jvp(layout, primals, tangents):
     a, factor, info = primals
-    da = sharding.constrain_result(tangents[0], layout.placement, layout.row_spec)
+    f = CholeskyFactor(factor, a, info, layout)
+    da = _factored_tangent(f, sharding.constrain_result(tangents[0], layout.placement,
+                                                        layout.row_spec))
     y = _spd_logdet(layout, a, factor, info)
     # The inverse through the differentiable solve, so derivatives of this
     # rule (second order) are right too.
     eye, sharded = operators.eye(layout, a.dtype)
-    inverse = _cho_solve_core(CholeskyFactor(factor, a, info, layout), eye, sharded)
+    inverse = _cho_solve_core(f, eye, sharded, triangle_read=True)
     # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
     return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))
 
@@ -628,12 +635,12 @@ def _cholesky_tangent(c, da, layout, lower):
     placement = layout.placement
     # As jax.scipy.linalg.cholesky differentiates (which matters only for a
     # tangent that is not Hermitian): the factor of M = L L^H moves with dM^H,
-    # which JAX from 0.11.2 first makes Hermitian from its lower triangle.
-    da = sharding.constrain_result(jnp.conj(da).T, placement, layout.row_spec)
+    # which JAX from 0.11.2 first makes Hermitian from its lower triangle
+    # (dM's upper one, the triangle the engines read).
     if TANGENT_FROM_LOWER_TRIANGLE:
-        strictly_lower = jnp.tril(da, -1)
-        diagonal = jnp.real(jnp.tril(da) - strictly_lower).astype(da.dtype)
-        da = strictly_lower + sharding.adjoint_rows(strictly_lower, placement) + diagonal
+        da = _hermitian_from_upper(da, placement)
+    else:
+        da = sharding.constrain_result(jnp.conj(da).T, placement, layout.row_spec)
     y = triangular.triangular_solve(l_, da, placement, lower=True, trans=0, unit_diagonal=False)
     x = triangular.triangular_solve(l_, jnp.conj(y).T, placement, lower=True, trans=0,
                                     unit_diagonal=False)
@@ -641,6 +648,49 @@ def _cholesky_tangent(c, da, layout, lower):
     phi = jnp.tril(x) - jnp.diag(jnp.diagonal(x)) / 2 if c.shape[0] else x
     dl = sharding.matmul(l_, phi, placement, layout.row_spec)
     return dl if lower else sharding.constrain_result(jnp.conj(dl).T, placement, layout.row_spec)
+
+
+def _hermitian_from_upper(x, placement):
+    """The Hermitian matrix whose upper triangle is x's (its diagonal real)."""
+    strictly_upper = jnp.triu(x, 1)
+    diagonal = jnp.real(jnp.triu(x) - strictly_upper).astype(x.dtype)
+    return strictly_upper + sharding.adjoint_rows(strictly_upper, placement) + diagonal
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _as_factored(layout, lower, a, factor, info):
+    """a (the matrix cho_factor factored, in the engines' orientation: its
+    upper triangle read), differentiated as the matrix its factor stands for,
+    as JAX differentiates cho_solve(cho_factor(a), b)."""
+    return a
+
+
+@_as_factored.defjvp
+def _as_factored_jvp(layout, lower, primals, tangents):
+    a, factor, info = primals
+    f = CholeskyFactor(factor, a, info, layout, lower)
+    tangent = _factored_tangent(f, tangents[0])
+    # On explicit mesh axes the tangent's type must be a's, which may be
+    # unsharded (an unplaced matrix under jax.set_mesh) where the rule's
+    # products come out row-sharded.
+    want = getattr(jax.typeof(a), "sharding", None)
+    if want is not None and not want.mesh.empty and jax.typeof(tangent).sharding != want:
+        tangent = jax.sharding.reshard(tangent, want)
+    return _as_factored(layout, lower, a, factor, info), tangent
+
+
+def _factored_tangent(f: CholeskyFactor, da):
+    """The tangent of the matrix f's factor stands for, f.a moved by da: from
+    jax 0.11.2 the Hermitian matrix of da's triangle that was read; before, the
+    one JAX's Cholesky derivative of the day gave, dA = dL L^H + L dL^H."""
+    placement = f.layout.placement
+    if TANGENT_FROM_LOWER_TRIANGLE:
+        return _hermitian_from_upper(da, placement)
+    c = _jax_form(f.layout, f.lower, f.a, f.factor, f.info)
+    dc = _cholesky_tangent(c, da, f.layout, f.lower)
+    l_, dl = (c, dc) if f.lower else (jnp.conj(c).T, jnp.conj(dc).T)
+    product = sharding.matmul(dl, jnp.conj(l_).T, placement, f.layout.row_spec)
+    return product + sharding.adjoint_rows(product, placement)
 
 
 def _cholesky_matrix_impl(a, *, layout, lower):
@@ -660,6 +710,6 @@ def _spd_inverse_result(a, *, layout, with_info):
 # (through its plan) costs one dispatch
 # --------------------------------------------------------------------------
 
-_cho_solve = jax.jit(_cho_solve_core, static_argnames=("b_sharded",))
+_cho_solve = jax.jit(_cho_solve_core, static_argnames=("b_sharded", "triangle_read"))
 solve_pos = jax.jit(_solve_pos_core, static_argnames=("layout", "b_sharded", "with_info"))
 spd_inverse_program = jax.jit(_spd_inverse_result, static_argnames=("layout", "with_info"))
