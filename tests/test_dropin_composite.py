@@ -223,7 +223,8 @@ def test_errors_are_jax_own(name):
 
 
 def test_edges_as_jax():
-    """Empty pinv, a vector's rank, the zeroth power, int matrix powers."""
+    """Empty pinv, a vector's rank, the zeroth power, int matrix powers,
+    the exponential of empty matrices."""
     for ns_result, jax_result in [
         (mnp.pinv(np.ones((0, 3), np.float32)), jnp.linalg.pinv(np.ones((0, 3), np.float32))),
         (mnp.matrix_rank(np.zeros(3)), jnp.linalg.matrix_rank(np.zeros(3))),
@@ -233,6 +234,8 @@ def test_edges_as_jax():
          jnp.linalg.matrix_power(np.eye(3, dtype=np.float32) * 2, 0)),
         (mnp.matrix_power(np.arange(9).reshape(3, 3), 3),
          jnp.linalg.matrix_power(np.arange(9).reshape(3, 3), 3)),
+        (msl.expm(np.zeros((0, 0), np.float32)), jsl.expm(np.zeros((0, 0), np.float32))),
+        (msl.expm(np.zeros((2, 0, 0), np.int32)), jsl.expm(np.zeros((2, 0, 0), np.int32))),
     ]:
         assert isinstance(ns_result, jax.Array)  # NumPy in, a jax.Array out, as JAX
         assert ns_result.shape == jax_result.shape and ns_result.dtype == jax_result.dtype

@@ -256,15 +256,16 @@ def test_integer_and_bool_inputs_are_promoted_as_jax(call, dtype):
 
 
 def test_lists_are_refused_as_by_jax():
-    """jnp.linalg and jax.scipy's solve, inv, det refuse lists; so do those
-    namespaces here, and jaxmg's own routines, naming the fix."""
+    """jnp.linalg and jax.scipy's solve (but its assume_a="pos"), inv, det
+    refuse lists; so do those namespaces here, and jaxmg's own routines,
+    naming the fix."""
     import jaxmg.numpy.linalg as mnp
     import jaxmg.scipy.linalg as msl
 
     a, b = [[4.0, 1.0], [1.0, 3.0]], [1.0, 2.0]
     with pytest.raises(TypeError):
         jsl.solve(a, b)
-    for call in (lambda: jaxmg.solve(a, b), lambda: jaxmg.solve(a, b, assume_a="pos"),
+    for call in (lambda: jaxmg.solve(a, b), lambda: jaxmg.solve(a, b, assume_a="sym"),
                  lambda: jaxmg.inv(a), lambda: jaxmg.solve_triangular(np.eye(2), b),
                  lambda: msl.solve(a, b), lambda: msl.inv(a), lambda: msl.det(a),
                  lambda: mnp.cholesky(a), lambda: mnp.eigh(a), lambda: mnp.svd(a)):
@@ -299,6 +300,8 @@ SCIPY_LIST_CALLS = {  # jax.scipy.linalg reads lists here (jnp.asarray)
     "cho_solve_by_name": lambda m, a, b: m.cho_solve(
         c_and_lower=(np.linalg.cholesky(a).tolist(), True), b=b),
     "solve_triangular_by_name": lambda m, a, b: m.solve_triangular(b=b, a=a, lower=True),
+    "solve_pos": lambda m, a, b: m.solve(a, b, assume_a="pos"),
+    "expm_frechet": lambda m, a, b: m.expm_frechet(a, a, compute_expm=False),
 }
 
 

@@ -241,6 +241,9 @@ def test_errors_name_the_argument(rng):
         api.lu_solve(factor, b, trans=3)
     with pytest.raises(ValueError, match=r"\bb\b"):
         api.lu_solve(factor, dropin.place(np.ones((N + 2, 1), dtype), REP, mesh))
+    lu_, piv = factor
+    with pytest.raises(TypeError, match="piv"):  # pivots that are not integers, as JAX
+        api.lu_solve((lu_, piv.astype(dtype)), b)
 
 
 # ---- rectangular LU, against JAX directly ----

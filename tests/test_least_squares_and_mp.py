@@ -51,6 +51,8 @@ def test_refusals_name_the_argument_and_the_fix():
     tall = helpers.rows(np.ones((6, 4)), m)
     with pytest.raises(ValueError, match=r"b must have shape \(6,\)"):
         jaxmg.lstsq(tall, np.ones(5))
+    with pytest.raises(TypeError, match=r"b must have shape .* 3-dimensional"):  # as jnp's
+        jaxmg.lstsq(tall, np.ones((6, 2, 2)))
     assert jaxmg.lstsq(tall, np.ones(6, np.float32))[0].dtype == np.float64  # promoted, as JAX does
     with pytest.raises(ValueError, match="backend in"):
         jaxmg.qr(tall, backend="jaxmg")

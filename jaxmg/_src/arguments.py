@@ -135,19 +135,20 @@ def check_choice(value, name: str, choices) -> None:
         raise ValueError(f"jaxmg: {name} must be one of {tuple(choices)}, got {value!r}")
 
 
-def as_array(x, name: str):
+def as_array(x, name: str, *, lists: bool = False):
     """x as an array (NumPy inputs and Python scalars become jax.Arrays).
-    Lists and tuples are refused, as jax.numpy.linalg refuses them."""
+    Lists and tuples are refused, as jax.numpy.linalg refuses them, unless
+    `lists` (the jax.scipy.linalg functions that take them)."""
     if hasattr(x, "shape") and hasattr(x, "dtype"):
         return x
-    if isinstance(x, (list, tuple)):
+    if isinstance(x, (list, tuple)) and not lists:
         raise TypeError(
             f"jaxmg: {name} must be an array, got a {type(x).__name__} (as in jax.numpy.linalg); "
             f"convert it first, e.g. jnp.asarray({name})"
         )
     try:
         return jnp.asarray(x)
-    except TypeError as e:
+    except (TypeError, ValueError) as e:
         raise TypeError(f"jaxmg: {name} must be an array, got {type(x).__name__}") from e
 
 
@@ -166,19 +167,19 @@ def _inexact_dtype(dtype) -> np.dtype:
     return jnp.dtype(jnp.float64 if wide else jnp.float32)
 
 
-def inexact(x, name: str):
+def inexact(x, name: str, *, lists: bool = False):
     """as_array(x), with integer and bool entries cast to a floating dtype
     as JAX's linear algebra does (jnp.linalg.inv of int32 is float32)."""
-    x = as_array(x, name)
+    x = as_array(x, name, lists=lists)
     dtype = _inexact_dtype(x.dtype)
     return x if dtype == x.dtype else x.astype(dtype)
 
 
-def promote(*named):
+def promote(*named, lists: bool = False):
     """The (array, name) pairs as arrays of one common floating dtype, as
     jax.scipy.linalg.solve promotes its a and b (float32 with float64:
     float64; integers with float32: float32)."""
-    arrays = [as_array(x, name) for x, name in named]
+    arrays = [as_array(x, name, lists=lists) for x, name in named]
     # The arrays, not their dtypes: float64 NumPy inputs without x64 then
     # become float32 silently, as in JAX.
     dtype = _inexact_dtype(jnp.result_type(*arrays))

@@ -310,6 +310,8 @@ def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  
         raise ValueError(f"Expected A to be a (batched) square matrix, got A.shape={A.shape}.")
     upper_triangular = arguments.check_flag(upper_triangular, "upper_triangular")
     max_squarings = operator.index(max_squarings)
+    if A.shape[-1] == 0:
+        return jnp.asarray(A)
     if A.ndim > 2:
         fn = functools.partial(expm, upper_triangular=upper_triangular,
                                max_squarings=max_squarings, mesh=mesh, spec=spec, backend=backend)
@@ -331,7 +333,7 @@ def expm_frechet(A, E, *, method=None, compute_expm=True, mesh=None, spec=None, 
     first, with compute_expm), like ``jax.scipy.linalg.expm_frechet``: the
     derivative of :func:`expm` along E. method: ignored, as by JAX."""
     del method
-    A, E = arguments.inexact(A, "A"), arguments.inexact(E, "E")  # noqa: N806
+    A, E = arguments.inexact(A, "A", lists=True), arguments.inexact(E, "E", lists=True)  # noqa: N806
     if A.ndim < 2 or A.shape[-2] != A.shape[-1]:
         raise ValueError(f"expected A to be a (batched) square matrix, got A.shape={A.shape}")
     if E.ndim < 2 or E.shape[-2] != E.shape[-1]:

@@ -66,11 +66,12 @@ def lstsq(a, b, rcond=None, *, numpy_resid=False, mesh=None, spec=None, backend=
     numpy_resid = arguments.check_flag(numpy_resid, "numpy_resid")
     return_info = arguments.check_flag(return_info, "return_info")
     placement = resolve_placement(a, mesh, spec, "a")
-    if b.ndim not in (1, 2) or b.shape[0] != a.shape[0]:
-        raise ValueError(
-            f"jaxmg: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a's rows, "
-            f"got {tuple(b.shape)}"
-        )
+    wanted = f"jaxmg: b must have shape ({a.shape[0]},) or ({a.shape[0]}, K) to match a's rows"
+    # The exception types of jnp.linalg.lstsq: the rows first, then b's rank.
+    if b.ndim and b.shape[0] != a.shape[0]:
+        raise ValueError(f"{wanted}, got {tuple(b.shape)}")
+    if b.ndim not in (1, 2):
+        raise TypeError(f"{wanted}, got a {b.ndim}-dimensional array {tuple(b.shape)}")
     arguments.check_same_dtype(b, dtype)
     engine = dispatch.choose_rectangular(placement, backend, "lstsq")
     eps = float(jnp.finfo(dtype).eps)

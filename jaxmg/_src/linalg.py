@@ -53,7 +53,8 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     lower = arguments.check_flag(lower, "lower")  # before the key: 1.0 == True
     mixed = mixed_api.check_precision(precision)
     tile = arguments.check_tile(tile_size)
-    a, b = arguments.promote((a, "a"), (b, "b"))
+    # jax.scipy's "pos" solve takes lists; the others are jnp.linalg.solve's, which refuses them.
+    a, b = arguments.promote((a, "a"), (b, "b"), lists=assume_a == "pos")
     key = eager_key((a, b), "solve", tile, mesh, spec, backend, assume_a, on_failure, lower,
                     return_info, mixed)
     plan = plans.find(key)

@@ -170,6 +170,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         )
     lu_, b = arguments.promote((f[0], "lu"), (b, "b"))
     piv = arguments.as_array(f[1], "piv")
+    if not jnp.issubdtype(piv.dtype, jnp.integer):
+        raise TypeError(f"jaxmg: piv must hold integers (lu_factor's pivot rows), got {piv.dtype}")
     if lu_.ndim > 2 or b.ndim > 2:
         fn = lambda lu_, piv, b: lu_solve((lu_, piv), b, trans)  # noqa: E731
         vector = batching.vector_rhs(b, lu_.ndim, lu_.shape[-1], "lu_solve")
