@@ -303,8 +303,8 @@ def test_cholesky_derivative_along_a_tangent_that_is_not_hermitian(rng, dtype, f
 def test_cho_solve_of_cho_factor_derivative_as_jax(rng, dtype, lower):
     """cho_solve(cho_factor(a), b) differentiated as JAX differentiates it
     (the factor stands for the triangle of a that was read), forward and
-    reverse, eagerly and under jit, on 4 devices and on none; and the log
-    determinant of the same factor as 2 sum log diag(c) of JAX's."""
+    reverse, eagerly and under jit, on 4 devices and on none. cho_logdet of
+    the same factor keeps jnp.linalg.slogdet's derivative (all of a)."""
     mesh = dropin.mesh(4, "explicit")
     a, t = dropin.spd(rng, N, dtype), dropin.random(rng, (N, N), dtype)
     b = dropin.promote(dropin.random(rng, (N, K), dtype))
@@ -315,13 +315,11 @@ def test_cho_solve_of_cho_factor_derivative_as_jax(rng, dtype, lower):
     def loss(linalg):
         return lambda a: jnp.sum(jnp.abs(solved(linalg)(a)) ** 2)
 
-    jax_logdet = lambda a: 2 * jnp.sum(jnp.log(jnp.real(jnp.diagonal(  # noqa: E731
-        jsl.cho_factor(a, lower=lower)[0]))))
-    ours_logdet = lambda a: jaxmg.cho_logdet(jaxmg.cho_factor(a, lower=lower))  # noqa: E731
     pa, pt = dropin.promote(a), dropin.promote(t)
     tangent = jax.jvp(solved(jsl), (pa,), (pt,))[1]
     gradient = jax.grad(loss(jsl))(pa)
-    logdet_gradient = jax.grad(jax_logdet)(pa)
+    logdet_gradient = jax.grad(lambda a: jnp.linalg.slogdet(a)[1])(pa)
+    ours_logdet = lambda a: jaxmg.cho_logdet(jaxmg.cho_factor(a, lower=lower))  # noqa: E731
     assert float(jnp.max(jnp.abs(gradient - jnp.conj(gradient).T))) > 1e-3  # not Hermitian
     for where in ("none", "mesh"):
         x, u = (pa, pt) if where == "none" else (dropin.place(a, ROWS, mesh),
@@ -336,6 +334,30 @@ def test_cho_solve_of_cho_factor_derivative_as_jax(rng, dtype, lower):
         for g in grads:
             dropin.assert_close(g, gradient, dtype)
         dropin.assert_close(logdet_grad, logdet_gradient, dtype)
+
+
+@pytest.mark.parametrize("devices", [1, 4])
+def test_a_lower_factor_holds_no_more_memory_than_an_upper_one(rng, devices):
+    """cho_factor(a, lower=True) factors a's transpose; the factor keeps a
+    itself for derivatives, not that transpose (one more copy of A)."""
+    import gc
+
+    mesh = dropin.mesh(devices, "explicit")
+    a = dropin.place(dropin.spd(rng, N, np.float64), ROWS, mesh)
+
+    def held(lower):
+        gc.collect()
+        before = sum(x.nbytes for x in jax.live_arrays())
+        f = jaxmg.cho_factor(a, lower=lower)
+        jax.block_until_ready(f)
+        gc.collect()
+        return sum(x.nbytes for x in jax.live_arrays()) - before, f
+
+    (upper_bytes, upper), (lower_bytes, lower) = held(False), held(True)
+    assert upper_bytes > 0
+    assert lower_bytes == upper_bytes
+    c_u, c_l = np.asarray(upper[0]), np.asarray(lower[0])
+    np.testing.assert_allclose(c_l, c_u.conj().T, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("kw", [dict(upper=False), dict(upper=True), dict(symmetrize_input=False)],

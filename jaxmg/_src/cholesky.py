@@ -45,7 +45,8 @@ class CholeskyFactor:
 
     factor: the Cholesky factor in the engine's layout (padded, block-cyclic,
     rows sharded) or, for the "jax" engine, JAX's own upper factor. a: the
-    matrix itself, kept for derivatives (None when it was donated). info: 0,
+    matrix itself, kept for derivatives (None when it was donated); its
+    `lower` triangle is the one factored. info: 0,
     or the order of the first leading minor that is not positive definite.
 
     It unpacks as jax.scipy's ``(c, lower)``: c is the (N, N) triangular
@@ -208,7 +209,11 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend)
     f = factorise(upper_read(a, lower, layout), layout, donate=donate)
     failures.report(f.info, on_failure, failures.NOT_SPD)
-    return dataclasses.replace(f, lower=lower) if lower else f
+    if not lower:
+        return f
+    # The caller's a, not the transpose the engine factored: that would be
+    # one more copy of A for as long as the factor lives.
+    return dataclasses.replace(f, a=None if f.a is None else a, lower=True)
 
 
 @returns_ready_on_cpus
@@ -374,7 +379,7 @@ def cho_logdet(c_and_a: CholeskyFactor):
     plain = _no_grad_factor(f)
     if f.a is None:
         return cholesky_logdet(plain.factor, plain.info, layout=f.layout)
-    return _spd_logdet(f.layout, f.a, plain.factor, plain.info)
+    return _spd_logdet(f.layout, f.lower, f.a, plain.factor, plain.info)
 
 
 def _potrs_with_logdet(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto",
@@ -548,7 +553,10 @@ def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool, triangle_read: bool =
 
     if f.a is None:
         return solve(None, b)
-    a = _as_factored(f.layout, f.lower, f.a, plain.factor, plain.info) if triangle_read else f.a
+    if triangle_read:
+        a = _as_factored(f.layout, f.lower, f.a, plain.factor, plain.info)
+    else:
+        a = upper_read(f.a, f.lower, f.layout)
     matvec = operators.matvec(operators.keep_rows_sharded(a, f.layout), f.layout, b)
     if jnp.iscomplexobj(b):
         transpose_solve = lambda _, r: jnp.conj(solve(None, jnp.conj(r)))  # noqa: E731
@@ -563,22 +571,23 @@ def _solve_pos_core(a, b, layout: Layout, b_sharded: bool, with_info: bool = Tru
     return (x, f.info) if with_info else (x, None)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
-def _spd_logdet(layout, a, factor, info):
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
+def _spd_logdet(layout, lower, a, factor, info):
     return cholesky_logdet(factor, info, layout=layout)
 
 
 @_spd_logdet.defjvp
-def _spd_logdet_jvp(layout, primals, tangents):
+def _spd_logdet_jvp(layout, lower, primals, tangents):
     a, factor, info = primals
-    f = CholeskyFactor(factor, a, info, layout)
-    da = _factored_tangent(f, sharding.constrain_result(tangents[0], layout.placement,
-                                                        layout.row_spec))
-    y = _spd_logdet(layout, a, factor, info)
+    f = CholeskyFactor(factor, a, info, layout, lower)
+    # Differentiated as log det of all of A, as jnp.linalg.slogdet.
+    da = sharding.constrain_result(upper_read(tangents[0], lower, layout), layout.placement,
+                                   layout.row_spec)
+    y = _spd_logdet(layout, lower, a, factor, info)
     # The inverse through the differentiable solve, so derivatives of this
     # rule (second order) are right too.
     eye, sharded = operators.eye(layout, a.dtype)
-    inverse = _cho_solve_core(f, eye, sharded, triangle_read=True)
+    inverse = _cho_solve_core(f, eye, sharded)
     # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
     return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))
 
@@ -613,7 +622,8 @@ def _cholesky_factor_jvp(layout, lower, primals, tangents):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _jax_form(layout, lower, a, factor, info):
-    """jax.scipy's c from the engine's factor of a, differentiable in a."""
+    """jax.scipy's c from the engine's factor of a (its `lower` triangle),
+    differentiable in a."""
     return triangular_factor(CholeskyFactor(factor, a, info, layout, lower))
 
 
@@ -621,7 +631,7 @@ def _jax_form(layout, lower, a, factor, info):
 def _jax_form_jvp(layout, lower, primals, tangents):
     a, factor, info = primals
     c = _jax_form(layout, lower, a, factor, info)
-    return c, _cholesky_tangent(c, tangents[0], layout, lower)
+    return c, _cholesky_tangent(c, upper_read(tangents[0], lower, layout), layout, lower)
 
 
 TANGENT_FROM_LOWER_TRIANGLE = jax.__version_info__ >= (0, 11, 2)
@@ -659,30 +669,32 @@ def _hermitian_from_upper(x, placement):
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))
 def _as_factored(layout, lower, a, factor, info):
-    """a (the matrix cho_factor factored, in the engines' orientation: its
-    upper triangle read), differentiated as the matrix its factor stands for,
-    as JAX differentiates cho_solve(cho_factor(a), b)."""
-    return a
+    """a as the engines read it (upper_read: the factored triangle above the
+    diagonal), differentiated as the matrix its factor stands for, as JAX
+    differentiates cho_solve(cho_factor(a), b)."""
+    return upper_read(a, lower, layout)
 
 
 @_as_factored.defjvp
 def _as_factored_jvp(layout, lower, primals, tangents):
     a, factor, info = primals
+    read = _as_factored(layout, lower, a, factor, info)
     f = CholeskyFactor(factor, a, info, layout, lower)
-    tangent = _factored_tangent(f, tangents[0])
-    # On explicit mesh axes the tangent's type must be a's, which may be
-    # unsharded (an unplaced matrix under jax.set_mesh) where the rule's
-    # products come out row-sharded.
-    want = getattr(jax.typeof(a), "sharding", None)
+    tangent = _factored_tangent(f, upper_read(tangents[0], lower, layout))
+    # On explicit mesh axes the tangent's type must be the result's, which
+    # may be unsharded (an unplaced matrix under jax.set_mesh) where the
+    # rule's products come out row-sharded.
+    want = getattr(jax.typeof(read), "sharding", None)
     if want is not None and not want.mesh.empty and jax.typeof(tangent).sharding != want:
         tangent = jax.sharding.reshard(tangent, want)
-    return _as_factored(layout, lower, a, factor, info), tangent
+    return read, tangent
 
 
 def _factored_tangent(f: CholeskyFactor, da):
-    """The tangent of the matrix f's factor stands for, f.a moved by da: from
-    jax 0.11.2 the Hermitian matrix of da's triangle that was read; before, the
-    one JAX's Cholesky derivative of the day gave, dA = dL L^H + L dL^H."""
+    """The tangent of the matrix f's factor stands for, upper_read(f.a) moved
+    by da: from jax 0.11.2 the Hermitian matrix of da's triangle that was
+    read; before, the one JAX's Cholesky derivative of the day gave,
+    dA = dL L^H + L dL^H."""
     placement = f.layout.placement
     if TANGENT_FROM_LOWER_TRIANGLE:
         return _hermitian_from_upper(da, placement)
