@@ -374,3 +374,45 @@ def test_an_eager_cholesky_compiles_one_program(rng, kw):
     np.testing.assert_allclose(got, jnp.linalg.cholesky(np.asarray(placed), **kw), rtol=1e-10,
                                atol=1e-10)
     assert len(compiled) <= 1  # none where an earlier test compiled it
+
+
+# ---- factors as the solve of lax.custom_linear_solve and lax.custom_root ----
+
+from jax.test_util import check_grads  # noqa: E402
+
+
+def _spd_of(x):
+    return x @ x.T + 3 * jnp.eye(x.shape[0], dtype=x.dtype)
+
+
+def _solve_with_factor_of(a, b):
+    """x with a x = b through lax.custom_linear_solve, whose solve (and
+    transposed solve) is a cho_solve with a factor made outside it."""
+    factor = jaxmg.cho_factor(a)
+    matvec = lambda x: jnp.dot(a, x, precision="highest")  # noqa: E731
+    return jax.lax.custom_linear_solve(matvec, b, lambda _, r: jaxmg.cho_solve(factor, r),
+                                       symmetric=True)
+
+
+def _root_with_factor_of(a, b):
+    """x with a x - b = 0 through lax.custom_root, Newton's step and the
+    tangent solve both cho_solves with one factor."""
+    factor = jaxmg.cho_factor(a)
+    step = lambda _, r: jaxmg.cho_solve(factor, r)  # noqa: E731
+    tangent = lambda g, r: jax.lax.custom_linear_solve(g, r, step, symmetric=True)  # noqa: E731
+    return jax.lax.custom_root(lambda x: jnp.dot(a, x, precision="highest") - b, b, step,
+                               tangent)
+
+
+@pytest.mark.parametrize("how", [_solve_with_factor_of, _root_with_factor_of],
+                         ids=["custom_linear_solve", "custom_root"])
+def test_factors_serve_as_solves_of_custom_linear_solve_and_custom_root(rng, how):
+    """A factor closed over by the solves of lax's implicit-function
+    primitives: values, under jit, and derivatives to second order against
+    finite differences."""
+    x0, b = rng.standard_normal((3, 3)), rng.standard_normal(3)
+    want = np.linalg.solve(np.asarray(_spd_of(x0)), b)
+    np.testing.assert_allclose(how(_spd_of(x0), b), want, rtol=1e-12)
+    np.testing.assert_allclose(jax.jit(how)(_spd_of(x0), b), want, rtol=1e-12)
+    check_grads(lambda x, y: how(_spd_of(x), y), (x0, b), order=2, modes=("fwd", "rev"),
+                rtol=1e-3)
