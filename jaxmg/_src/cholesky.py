@@ -240,9 +240,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
             nd = f.factor.ndim - 2
             vector = batching.vector_rhs(b, nd + 2, f.layout.n, "cho_solve")
             return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
-        b = operators.as_rhs(b, f.layout.n)
-        return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement),
-                          triangle_read=True)
+        return _solve_with(f, b, triangle_read=True)
     if not isinstance(f, (tuple, list)) or len(f) != 2:
         raise TypeError(
             "jaxmg.cho_solve takes the CholeskyFactor that jaxmg.cho_factor returns, or a pair "
@@ -265,6 +263,15 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
                                     unit_diagonal=False)
     return triangular.triangular_solve(c, y, placement, lower=lower, trans=second,
                                        unit_diagonal=False)
+
+
+def _solve_with(f: CholeskyFactor, b, triangle_read: bool):
+    """cho_solve with one factor; triangle_read: differentiated as JAX's
+    cho_solve (the factor stands for the triangle of a it read), else as
+    solve(assume_a="pos") (all of a)."""
+    b = operators.as_rhs(b, f.layout.n)
+    return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement),
+                      triangle_read=triangle_read)
 
 
 class _FalseByDefault(int):
@@ -389,7 +396,10 @@ def _potrs_with_logdet(a, b, *, tile_size=None, mesh=None, spec=None, backend="a
         raise ValueError("jaxmg.potrs: return_logdet needs the float64 factor; leave precision "
                          "out (precision='mixed' keeps a low-precision one)")
     f = cho_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend, donate=donate)
-    x, logdet = cho_solve(f, b), cho_logdet(f)
+    # Differentiated as potrs without the log det: all of a, as solve(assume_a="pos").
+    b = arguments.as_array(b, "b")
+    arguments.check_same_dtype(b, f.dtype)  # as potrs
+    x, logdet = _solve_with(f, b, triangle_read=False), cho_logdet(f)
     return (x, logdet, f.info) if arguments.check_flag(return_info, "return_info") else (x, logdet)
 
 
