@@ -252,6 +252,36 @@ def _gpu_list(text: str) -> list[int]:
     return gpus
 
 
+_TAKES_VALUE = ("-n", "--nprocs", "--gpus", "--timeout")
+
+
+def _split_module(argv: list[str]):
+    """(the launcher's arguments, MODULE, its arguments) where -m MODULE
+    comes among the launcher's options, as with python itself (everything
+    after MODULE is the module's, options included); (argv, None, [])
+    otherwise."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "-m" and i + 1 < len(argv):
+            return argv[:i], argv[i + 1], argv[i + 2:]
+        if token == "--" or not token.startswith("-"):
+            break
+        i += 2 if token in _TAKES_VALUE else 1
+    return argv, None, []
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timeout takes seconds, got {text!r}")
+    if not seconds > 0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"--timeout takes a positive number of seconds, "
+                                         f"got {text!r}")
+    return seconds
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m jaxmg.launch",
@@ -263,14 +293,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="process i sees only GPU i (local_device_ids=[i])")
     parser.add_argument("--gpus", type=_gpu_list, metavar="LIST",
                         help="rank i uses GPU LIST[i], e.g. 0,1,2,3, or 0,0 to share GPU 0")
-    parser.add_argument("--timeout", type=float, help="stop the job after this many seconds")
-    parser.add_argument("program", help="a Python script, or -m module")
+    parser.add_argument("--timeout", type=_positive_seconds, metavar="SECONDS",
+                        help="stop the job after this many seconds")
+    parser.add_argument("-m", dest="module", metavar="MODULE",
+                        help="run a module (as python -m MODULE ...) instead of a script")
+    parser.add_argument("program", nargs="?", help="a Python script (unless -m is given)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
-    args = parser.parse_args(argv)
-    if args.program == "-m":
+    argv = sys.argv[1:] if argv is None else list(argv)
+    own, module, module_args = _split_module(argv)
+    args = parser.parse_args(own)
+    if module is not None:
+        command = [sys.executable, "-m", module, *module_args]
+    elif args.program == "-m":  # after "--": -- -m module
         if not args.args:
             parser.error("-m needs a module name")
         command = [sys.executable, "-m", *args.args]
+    elif args.program is None:
+        parser.error("give the program: a Python script, or -m MODULE")
     else:
         command = [sys.executable, args.program, *args.args]
     try:

@@ -94,6 +94,38 @@ def test_timeout(tmp_path):
     assert "ran past 2 s" in result.stderr
 
 
+@pytest.mark.parametrize("seconds", ["0", "-1", "nan", "soon"])
+def test_timeout_must_be_a_positive_number_of_seconds(tmp_path, seconds):
+    result = launch(tmp_path, "print('ran')\n", extra=("--timeout", seconds))
+    assert result.returncode == 2
+    assert "--timeout takes" in result.stderr and "ran" not in result.stdout
+
+
+def _launch_module(tmp_path, *argv):
+    (tmp_path / "job_module.py").write_text("import sys\nprint('module args', sys.argv[1:])\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env.update(PYTHONPATH=os.pathsep.join([PATHS, str(tmp_path)]), JAX_PLATFORMS="cpu")
+    return subprocess.run([sys.executable, "-m", "jaxmg.launch", *argv], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (("-n", "2", "-m", "job_module", "--flag", "1"), "['--flag', '1']"),
+    (("-n", "1", "--timeout", "60", "-m", "job_module"), "[]"),
+    (("-n", "1", "--", "-m", "job_module", "x"), "['x']"),
+])
+def test_a_module_runs_as_with_python_m(tmp_path, argv, expected):
+    """-m MODULE among the launcher's options, as `python -m` takes it:
+    everything after MODULE is the module's; and without a warning from
+    runpy about jaxmg.launch being imported twice."""
+    result = _launch_module(tmp_path, *argv)
+    assert result.returncode == 0, result.stderr[-2000:]
+    ranks = int(argv[1])
+    for rank in range(ranks):
+        assert f"[rank {rank}] module args {expected}" in result.stdout
+    assert "RuntimeWarning" not in result.stderr, result.stderr
+
+
 def test_bad_process_count(tmp_path):
     result = launch(tmp_path, "pass\n", n=0)
     assert result.returncode == 2

@@ -34,7 +34,6 @@ import warnings
 import jax
 import numpy as np
 
-from jaxmg import launch
 from jaxmg._src import config, library
 
 _TOKEN_KEY = "jaxmg/channel_token"
@@ -86,6 +85,10 @@ def open_channel() -> str:
 def shared_autotuning_caution(platform: str, xla_flags: str) -> str | None:
     """The warning for a GPU job whose processes share XLA's autotuning (the
     default, unless jaxmg.launch.initialize() started the process), or None."""
+    # Imported here: `python -m jaxmg.launch` imports jaxmg first, and runpy
+    # warns where that import has already loaded the module it runs.
+    from jaxmg import launch
+
     if platform != "gpu" or launch.sets_shared_autotuning(xla_flags):
         return None
     return ("jaxmg: XLA:GPU shares autotuning between this job's processes and waits for "
