@@ -626,6 +626,47 @@ def test_donate_consumes_a(rng, routine, tile):
     assert not b_dev.is_deleted()
 
 
+def test_donate_refuses_b_that_is_a_and_a_differentiated_a(rng):
+    """donate=True gives a's buffer away: b may not be a itself (XLA would
+    read a buffer it gave the result), and a may not be differentiated (its
+    derivative would be lost, or XLA's refusal would not name donate). Each
+    is a ValueError naming donate, with a left whole."""
+    n, mesh = 12, helpers.mesh(2)
+    a_dev = helpers.rows(helpers.spd(rng, n, DTYPE, CONDITION), mesh)
+    with pytest.raises(ValueError, match="donate=True.*b is a itself"):
+        jaxmg.potrs(a_dev, a_dev, donate=True)
+    assert not a_dev.is_deleted()
+    b = np.ones((n, 1), DTYPE)
+    differentiated = {
+        "potrs": lambda x: jaxmg.potrs(x, b, donate=True).sum(),
+        "cho_factor": lambda x: jaxmg.cho_solve(jaxmg.cho_factor(x, donate=True), b).sum(),
+        "lu_factor": lambda x: jaxmg.lu_solve(jaxmg.lu_factor(x, donate=True), b).sum(),
+        "potri": lambda x: jaxmg.potri(x, donate=True).sum(),
+        "syevd": lambda x: jaxmg.syevd(x, compute_vectors=False, donate=True).sum(),
+    }
+    with jax.set_mesh(mesh):
+        for name, loss in differentiated.items():
+            for transform in (jax.grad, lambda f: jax.jit(jax.grad(f)),
+                              lambda f: lambda x: jax.jvp(f, (x,), (x,))[1]):
+                with pytest.raises(ValueError, match="donate=True gives up a"):
+                    transform(loss)(a_dev)
+                assert not a_dev.is_deleted(), name
+        # A donated a still solves differentiably in b, as JAX's solve does.
+        a_np = np.asarray(a_dev)
+        want = jax.grad(lambda y: jnp.real(jnp.sum(jnp.linalg.solve(a_np, y))))(b.astype(DTYPE))
+        for name, loss in {
+            "potrs": lambda y: jaxmg.potrs(helpers.rows(a_np, mesh), y, donate=True),
+            "cho_factor": lambda y: jaxmg.cho_solve(
+                jaxmg.cho_factor(helpers.rows(a_np, mesh), donate=True), y),
+            "lu_factor": lambda y: jaxmg.lu_solve(
+                jaxmg.lu_factor(helpers.rows(a_np, mesh), donate=True), y),
+        }.items():
+            for transform in (jax.grad, lambda f: jax.jit(jax.grad(f))):
+                g = transform(lambda y: jnp.real(jnp.sum(loss(y))))(b.astype(DTYPE))
+                np.testing.assert_allclose(np.asarray(g), np.asarray(want), rtol=1e-10,
+                                           err_msg=name)
+
+
 def test_donated_results_correct_over_repeated_calls(rng):
     """Donated calls reuse buffers; results must stay right call after call."""
     n, mesh = 24, helpers.mesh(8)

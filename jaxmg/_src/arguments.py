@@ -113,6 +113,41 @@ class TracedOptionError(TypeError, ValueError):
     raises for a traced static argument."""
 
 
+def check_donate(donate, a, *others) -> bool:
+    """donate=, checked against what it gives away: a's buffer, which another
+    argument must not be (XLA would read a buffer it already gave the result),
+    and a's derivative, which a differentiated a would silently lose."""
+    donate = check_flag(donate, "donate")
+    if not donate:
+        return False
+    if any(x is a for x in others):
+        raise ValueError(
+            "jaxmg: donate=True gives a's buffer to the result, but b is a itself; pass a "
+            "copy as b (jnp.copy(a)) or leave donate out"
+        )
+    if differentiated(a):
+        raise ValueError(
+            "jaxmg: donate=True gives up a, so nothing is left to differentiate with respect "
+            "to it; leave donate out where a is differentiated (jax.grad, jvp, vjp)"
+        )
+    return True
+
+
+def differentiated(x) -> bool:
+    """Whether x is traced for a derivative, under any vmap levels."""
+    from jax._src.interpreters import ad, batching
+
+    # jax.grad traces with LinearizeTracer (jax 0.10 on), jvp with JVPTracer.
+    derivative_tracers = (ad.JVPTracer, getattr(ad, "LinearizeTracer", ad.JVPTracer))
+    while isinstance(x, jax.core.Tracer):
+        if isinstance(x, derivative_tracers):
+            return True
+        if not isinstance(x, batching.BatchTracer):
+            return False
+        x = x.val
+    return False
+
+
 def check_flag(value, name: str) -> bool:
     """A boolean option: True or False, or 0 or 1 as JAX takes them (other
     numbers, floats and strings are refused)."""

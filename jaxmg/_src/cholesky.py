@@ -139,7 +139,7 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
         return (x, record) if return_info else x
     # Checked before the key: 2.0 == 2 and 1 == True must not find another's plan.
     tile = arguments.check_tile(tile_size)
-    donate = arguments.check_flag(donate, "donate")
+    donate = arguments.check_donate(donate, a, b)
     key = eager_key((a, b), "potrs", tile, mesh, spec, backend, return_info, donate)
     plan = plans.find(key)
     if plan is not None:
@@ -163,6 +163,10 @@ def potrs(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto", return_
         return (x, info) if return_info else x
     layout = dispatch.layout("potrs", n, placement, tile, backend, dtype.itemsize)
     b_sharded = operators.is_row_sharded(b, placement)
+    if donate and arguments.differentiated(b):  # the factor's solve carries b's derivative
+        f = factorise(a, layout, donate=True)
+        x = _cho_solve(f, b, b_sharded=b_sharded)
+        return (x, f.info) if return_info else x
     if donate:
         vector = b.ndim == 1
         x, info, _ = _potrs_donating(a, b[:, None] if vector else b, layout=layout,
@@ -201,7 +205,7 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
         return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
                                 spec=spec, on_failure=on_failure)
-    donate = arguments.check_flag(donate, "donate")
+    donate = arguments.check_donate(donate, a)
     if batching.batched(a):
         fn = functools.partial(cho_factor, lower=lower, tile_size=tile_size, mesh=mesh,
                                spec=spec, backend=backend, on_failure=on_failure)
@@ -426,7 +430,7 @@ def potri(a, *, tile_size=None, mesh=None, spec=None, backend="auto", return_inf
     """
     tile = arguments.check_tile(tile_size)
     return_info = arguments.check_flag(return_info, "return_info")
-    donate = arguments.check_flag(donate, "donate")
+    donate = arguments.check_donate(donate, a)
     key = eager_key((a,), "potri", tile, mesh, spec, backend, return_info, donate)
     plan = plans.find(key)
     if plan is not None:
@@ -561,15 +565,17 @@ def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool, triangle_read: bool =
     def solve(_, r):
         return solve_with_factor(plain, r, b_sharded)
 
+    def transpose_solve(_, r):  # A^T = conj(A) for a Hermitian A
+        return jnp.conj(solve(None, jnp.conj(r))) if jnp.iscomplexobj(r) else solve(None, r)
+
     if f.a is None:
-        return solve(None, b)
+        return operators.solve_without_matrix(b, solve, transpose_solve)
     if triangle_read:
         a = _as_factored(f.layout, f.lower, f.a, plain.factor, plain.info)
     else:
         a = upper_read(f.a, f.lower, f.layout)
     matvec = operators.matvec(operators.keep_rows_sharded(a, f.layout), f.layout, b)
     if jnp.iscomplexobj(b):
-        transpose_solve = lambda _, r: jnp.conj(solve(None, jnp.conj(r)))  # noqa: E731
         return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)
     return jax.lax.custom_linear_solve(matvec, b, solve, symmetric=True)
 

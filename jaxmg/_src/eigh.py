@@ -73,7 +73,7 @@ def syevd(a, *, compute_vectors=True, tile_size=None, mesh=None, spec=None, back
     tile = arguments.check_tile(tile_size)
     vectors = arguments.check_flag(compute_vectors, "compute_vectors")
     return_info = arguments.check_flag(return_info, "return_info")
-    donate = arguments.check_flag(donate, "donate")
+    donate = arguments.check_donate(donate, a)
     key = eager_key((a,), "syevd", vectors, tile, mesh, spec, backend, return_info, donate)
     plan = plans.find(key)
     if plan is not None:

@@ -107,7 +107,7 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
         return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
-    donate = arguments.check_flag(donate, "donate")
+    donate = arguments.check_donate(donate, a)
     if batching.batched(a):
         fn = functools.partial(lu_factor, tile_size=tile_size, mesh=mesh, spec=spec,
                                backend=backend, on_failure=on_failure)
@@ -395,7 +395,7 @@ def _lu_solve_core(f: LUFactor, b, trans: int, b_sharded: bool):
         return with_op(r, 1 - trans)
 
     if f.a is None:
-        return solve(None, b)
+        return operators.solve_without_matrix(b, solve, transpose_solve)
     a = operators.keep_rows_sharded(f.a, f.layout)
     matvec = operators.matvec(a, f.layout, b, trans)
     return jax.lax.custom_linear_solve(matvec, b, solve, transpose_solve)

@@ -26,6 +26,15 @@ def keep_rows_sharded(a, layout: Layout):
     return sharding.constrain_result(a, layout.placement, layout.row_spec)
 
 
+def solve_without_matrix(b, solve, transpose_solve):
+    """solve(None, b), differentiable in b, for a factor that kept no matrix
+    (a donated one): lax.custom_linear_solve then needs only the solves (the
+    tangent solve and, for cotangents, the transposed one). Its matvec, an
+    identity of b's shape, closes over nothing that has a tangent, so it is
+    never evaluated."""
+    return jax.lax.custom_linear_solve(lambda x: x, b, solve, transpose_solve)
+
+
 def matvec(a, layout: Layout, b, trans=0):
     """x -> op(a) @ x, typed like b. Under explicit sharding a local product
     per row block (no ambiguous contraction for the transposes to resolve),
