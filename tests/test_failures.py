@@ -245,6 +245,19 @@ class TestBadMatrix:
         with pytest.raises(ValueError, match=r"spec names axis 'y', not in the mesh axes \('x',\)"):
             ROUTINES[routine](np.eye(8), mesh=mesh2, spec=P("y", None))
 
+    @pytest.mark.parametrize("spec, message", [
+        (P("x", "x"), r"names mesh axis 'x' more than once"),
+        (P(None, None, None), r"has 3 entries, but it describes one matrix a"),
+    ], ids=["repeated axis", "three entries"])
+    def test_spec_that_no_sharding_of_a_matrix_has(self, routine, mesh2, spec, message):
+        with pytest.raises(ValueError, match=message):
+            ROUTINES[routine](np.eye(8), mesh=mesh2, spec=spec)
+
+    def test_spec_without_mesh_for_a_matrix_on_one_device(self, routine):
+        with pytest.raises(ValueError, match=r"lies on one device and no mesh was given; pass "
+                                             r"mesh= with spec="):
+            ROUTINES[routine](np.eye(8), spec=P("x", None))
+
     def test_spec_not_partition_spec(self, routine, mesh2):
         with pytest.raises(TypeError, match=r"spec must be a jax.sharding.PartitionSpec"):
             ROUTINES[routine](np.eye(8), mesh=mesh2, spec=("x", None))

@@ -231,8 +231,8 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     context. Inside the caller's shard_map (or pmap) a is a device's block of
     rows where `row_blocks` (potrs, potri, syevd), else the device's own
     matrix, solved where it lies as jax.scipy solves it there."""
-    if spec is not None and not isinstance(spec, P):
-        raise TypeError(f"jaxmg: spec must be a jax.sharding.PartitionSpec, got {spec!r}")
+    if spec is not None:
+        _check_spec(spec, a, name)
     abstract = _context_mesh()
     if row_blocks and abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
@@ -243,6 +243,23 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
         # it out again would be most of a small call's Python time.
         return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
     return _placement(a, sharding_of(a), abstract, mesh, spec, name)
+
+
+def _check_spec(spec, a, name: str) -> None:
+    """spec= as NamedSharding would take it for the matrix: a PartitionSpec
+    of at most its two dimensions, each mesh axis named once."""
+    if not isinstance(spec, P):
+        raise TypeError(f"jaxmg: spec must be a jax.sharding.PartitionSpec, got {spec!r}")
+    if len(spec) > 2:
+        raise ValueError(
+            f"jaxmg: spec {spec} has {len(spec)} entries, but it describes one matrix {name} "
+            f"(rows, columns), e.g. P('x', None); a batch's leading axes take no entries"
+        )
+    named = [ax for entry in spec for ax in axis_names(entry)]
+    repeated = sorted({ax for ax in named if named.count(ax) > 1})
+    if repeated:
+        raise ValueError(f"jaxmg: spec {spec} names mesh axis {repeated[0]!r} more than once; "
+                         "each axis shards at most one dimension")
 
 
 def eager_key(arrays, *options):
@@ -350,6 +367,7 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
     """`a`: the traced array, None for a concrete one (then only its sharding
     counts, and whether it is committed to its devices: XLA moves one that
     is not)."""
+    given_mesh = mesh
     concrete = sharding is not None and isinstance(getattr(sharding, "mesh", None), Mesh)
     if mesh is None and concrete:
         mesh = sharding.mesh
@@ -399,6 +417,11 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
         rows = used[0] if len(used) == 1 else (used or mesh.axis_names[0])
     axes = rows if isinstance(rows, tuple) else (rows,)
     missing = [ax for ax in axes if ax not in mesh.axis_names]
+    if missing and given_mesh is None and mesh.size == 1 and not isinstance(a, jax.core.Tracer):
+        raise ValueError(
+            f"jaxmg: spec names axis {missing[0]!r}, but {name} lies on one device and no mesh "
+            f"was given; pass mesh= with spec= (e.g. mesh=jax.make_mesh((n,), "
+            f"({missing[0]!r},))), or call under `with jax.set_mesh(mesh):`")
     if missing:
         raise ValueError(f"jaxmg: spec names axis {missing[0]!r}, not in the mesh axes {mesh.axis_names}")
     _check_one_process(mesh)
