@@ -355,6 +355,33 @@ def test_numpy_inputs_with_mesh_and_spec(rng):
     check_eigh(h, *jaxmg.syevd(h, **kw))
 
 
+@pytest.mark.parametrize("axis_types", ["explicit", "auto"])
+@pytest.mark.parametrize("other", ["2x2 (r, c)", "1-D y", "reversed x"])
+def test_mesh_of_the_same_devices_in_other_axes_or_order_moves_the_arrays(rng, other,
+                                                                          axis_types):
+    """a and b on a mesh of 4 devices, mesh= another mesh of them: both move
+    onto mesh= (rows over all of it), as the README says, eagerly."""
+    n = 12
+    devices = jax.devices()[:4]
+    types = {"explicit": jax.sharding.AxisType.Explicit, "auto": jax.sharding.AxisType.Auto}
+    make = lambda shape, names, devs: jax.make_mesh(  # noqa: E731
+        shape, names, devices=devs, axis_types=(types[axis_types],) * len(names))
+    home = make((4,), ("x",), devices)
+    mesh = {"2x2 (r, c)": make((2, 2), ("r", "c"), devices), "1-D y": make((4,), ("y",), devices),
+            "reversed x": make((4,), ("x",), devices[::-1])}[other]
+    a = helpers.spd(rng, n, DTYPE, CONDITION)
+    g = a + np.triu(helpers.random_matrix(rng, n, DTYPE), 1)
+    b = helpers.random_matrix(rng, n, DTYPE, 2)
+    put = lambda x: jax.device_put(x, NamedSharding(home, P("x", None)))  # noqa: E731
+    x = jaxmg.solve(put(a), put(b), assume_a="pos", mesh=mesh)
+    assert x.sharding.mesh == mesh
+    assert helpers.residual(a, x, b) <= tol(n)
+    x = jaxmg.lu_solve(jaxmg.lu_factor(put(g), mesh=mesh), put(b))
+    np.testing.assert_allclose(np.asarray(x), np.linalg.solve(g, b), rtol=1e-9, atol=1e-12)
+    h = helpers.hermitian(rng, n, DTYPE)
+    check_eigh(h, *jaxmg.syevd(put(h), mesh=mesh))
+
+
 def test_numpy_right_hand_side(rng):
     n, mesh = 12, helpers.mesh(2)
     a = helpers.spd(rng, n, DTYPE, CONDITION)

@@ -28,7 +28,7 @@ from jaxmg._src import (
     sharding,
     triangular,
 )
-from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import BATCH_ELEMENT, check_square, eager_key, resolve_placement
@@ -273,7 +273,7 @@ def _solve_with(f: CholeskyFactor, b, triangle_read: bool):
     """cho_solve with one factor; triangle_read: differentiated as JAX's
     cho_solve (the factor stands for the triangle of a it read), else as
     solve(assume_a="pos") (all of a)."""
-    b = operators.as_rhs(b, f.layout.n)
+    b = operators.as_rhs(onto_mesh(b, f.layout.placement.mesh), f.layout.n)
     return _cho_solve(f, b, b_sharded=operators.is_row_sharded(b, f.layout.placement),
                       triangle_read=triangle_read)
 

@@ -65,6 +65,8 @@ def returns_ready_on_cpus(routine):
             args, kwargs = _matrix_beside(first, args, kwargs, committed[0])
         if traced or len({frozenset(x.sharding.device_set) for x in committed}) > 1:
             _check_devices_agree(routine.__name__, signature, args, kwargs)
+        if isinstance(kwargs.get("mesh"), Mesh) and not traced:
+            args, kwargs = _onto_given_mesh(first, args, kwargs, kwargs["mesh"])
         mesh = _explicit_mesh(kwargs.get("mesh"))
         if mesh is not None and _eager_transform_of_host_inputs(mesh, args, kwargs):
             kwargs["mesh"] = _with_auto_axes(mesh)
@@ -101,6 +103,39 @@ def _beside(x, other):
                                 for e in x):
         return tuple(placement.beside(e, other) for e in x)
     return placement.beside(x, other)
+
+
+def _onto_given_mesh(first, args, kwargs, mesh: Mesh):
+    """Arrays that lie on mesh='s devices as another mesh of them (other axes,
+    another order) moved onto mesh=, whose programs would otherwise meet
+    operands of two meshes: the matrix (the first parameter) laid out by
+    spec=, other arrays as onto_mesh moves them."""
+    spec = kwargs.get("spec")
+
+    def move(x, matrix: bool):
+        if type(x) is tuple:
+            return tuple(move(e, matrix) for e in x)
+        return onto_mesh(x, mesh, spec if matrix and isinstance(spec, P) else None)
+
+    args = tuple(move(x, i == 0) for i, x in enumerate(args))
+    kwargs = {k: v if k in ("mesh", "spec") else move(v, k == first) for k, v in kwargs.items()}
+    return args, kwargs
+
+
+def onto_mesh(x, mesh, spec=None):
+    """x moved onto `mesh` where it is a concrete matrix or vector on the same
+    devices as another mesh of them (a jitted program takes operands of one
+    mesh): laid out by `spec`, else with its rows over the whole mesh where
+    they were sharded, else replicated. Anything else as it is."""
+    if not (isinstance(mesh, Mesh) and placement.concrete(x)
+            and isinstance(x.sharding, NamedSharding) and x.ndim in (1, 2)
+            and x.sharding.mesh != mesh and set(x.sharding.device_set) == set(mesh.devices.flat)):
+        return x
+    if spec is None and x.sharding.spec and x.sharding.spec[0] is not None:
+        spread = tuple(ax for ax, size in mesh.shape.items() if size > 1)
+        rows = spread[0] if len(spread) == 1 else (spread or None)
+        spec = P(rows, *([None] * (x.ndim - 1)))
+    return jax.device_put(x, NamedSharding(mesh, P() if spec is None else spec))
 
 
 def _bound(signature, args, kwargs) -> dict:

@@ -26,7 +26,7 @@ from jaxmg._src import (
     sharding,
     triangular,
 )
-from jaxmg._src.eager import returns_ready_on_cpus
+from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
@@ -160,7 +160,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
             vector = batching.vector_rhs(b, nd + 2, f.layout.n, "lu_solve")
             fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
             return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
-        b = operators.as_rhs(b, f.layout.n)
+        b = operators.as_rhs(onto_mesh(b, f.layout.placement.mesh), f.layout.n)
         return _lu_solve(f, b, trans=trans,
                          b_sharded=operators.is_row_sharded(b, f.layout.placement))
     if not isinstance(f, (tuple, list)) or len(f) != 2:
