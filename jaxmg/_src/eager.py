@@ -132,9 +132,7 @@ def onto_mesh(x, mesh, spec=None):
             and x.sharding.mesh != mesh and set(x.sharding.device_set) == set(mesh.devices.flat)):
         return x
     if spec is None and x.sharding.spec and x.sharding.spec[0] is not None:
-        spread = tuple(ax for ax, size in mesh.shape.items() if size > 1)
-        rows = spread[0] if len(spread) == 1 else (spread or None)
-        spec = P(rows, *([None] * (x.ndim - 1)))
+        spec = P(placement.rows_over_all(mesh), *([None] * (x.ndim - 1)))
     return jax.device_put(x, NamedSharding(mesh, P() if spec is None else spec))
 
 

@@ -232,7 +232,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     rows where `row_blocks` (potrs, potri, syevd), else the device's own
     matrix, solved where it lies as jax.scipy solves it there."""
     if spec is not None:
-        _check_spec(spec, a, name)
+        _check_spec(spec, name)
     abstract = _context_mesh()
     if row_blocks and abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
@@ -245,7 +245,14 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     return _placement(a, sharding_of(a), abstract, mesh, spec, name)
 
 
-def _check_spec(spec, a, name: str) -> None:
+def rows_over_all(mesh):
+    """The row entry of a spec spreading the rows over every device of mesh:
+    its one axis of several devices, else all such axes, else its first."""
+    used = tuple(ax for ax, size in mesh.shape.items() if size > 1)
+    return used[0] if len(used) == 1 else (used or mesh.axis_names[0])
+
+
+def _check_spec(spec, name: str) -> None:
     """spec= as NamedSharding would take it for the matrix: a PartitionSpec
     of at most its two dimensions, each mesh axis named once."""
     if not isinstance(spec, P):
@@ -413,8 +420,7 @@ def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) ->
         # Replicated, or sharded along the columns only (as JAX's own ops can
         # leave an intermediate): the rows are spread over every device of
         # the mesh, which costs a reshard at most.
-        used = tuple(ax for ax, size in mesh.shape.items() if size > 1)
-        rows = used[0] if len(used) == 1 else (used or mesh.axis_names[0])
+        rows = rows_over_all(mesh)
     axes = rows if isinstance(rows, tuple) else (rows,)
     missing = [ax for ax in axes if ax not in mesh.axis_names]
     if missing and given_mesh is None and mesh.size == 1 and not isinstance(a, jax.core.Tracer):
