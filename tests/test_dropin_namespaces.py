@@ -190,6 +190,25 @@ def test_jaxmg_options_pass_through():
         msl.qr(a, pivoting=True, backend="jaxmg")
 
 
+@pytest.mark.skipif(REFERENCE, reason="JAX's pivoted QR refuses matrix axes sharded on "
+                    "explicit mesh axes")
+@pytest.mark.parametrize("mode", ["full", "economic", "r"])
+def test_scipy_pivoted_qr_of_row_sharded_matrix(mode):
+    """The README's row-sharded a (explicit axes, as jax.make_mesh makes
+    them) is gathered for JAX's pivoted QR, eagerly and under jit; the
+    results are JAX's for the same matrix."""
+    mesh = helpers.mesh(4)
+    a = helpers.random_matrix(np.random.default_rng(12), 8, np.float64, m=6)
+    want = jsl.qr(a, mode=mode, pivoting=True)
+    _assert_same(msl.qr(helpers.rows(a, mesh), mode=mode, pivoting=True), want, 1e-10)
+    jitted = jax.jit(lambda x: msl.qr(x, mode=mode, pivoting=True))(helpers.rows(a, mesh))
+    _assert_same(jitted, want, 1e-10)
+    batch = helpers.rows(np.stack([a] * 4), mesh)
+    got = msl.qr(batch, mode=mode, pivoting=True)
+    assert got[-1].shape[0] == 4
+    _assert_same(tuple(x[2] for x in got), want, 1e-10)
+
+
 @pytest.mark.skipif(REFERENCE, reason="the top-level jaxmg.qr has no JAX counterpart")
 @pytest.mark.parametrize("call", [dict(pivoting=False), dict(pivoting=True),
                                   dict(mode="economic", pivoting=False),

@@ -243,6 +243,8 @@ def scipy_qr(a, mode: str, pivoting, **options):
             raise ValueError(
                 f"jaxmg: qr(pivoting=True) runs JAX's column-pivoted QR on one device and "
                 f"takes none of jaxmg's options; drop {given}")
+        if isinstance(a, jax.Array):  # JAX's pivoted QR takes no sharded matrix axes
+            a = sharding.whole_element(a)
         return jax.scipy.linalg.qr(a, mode=mode, pivoting=True)
     if mode == "r":
         r = _numpy_qr(a, "r", **options)
