@@ -441,6 +441,37 @@ def test_a_matrix_of_the_wrong_rank_or_shape_raises_both_of_jaxs_errors(case):
             call(mine)
 
 
+SQUARE_ONLY = {  # JAX: ValueError, but TypeError for matrix_power; jaxmg's is both
+    "inv of 3 x 4": ("numpy", lambda ns: ns.inv(np.ones((3, 4))), "(3, 4)"),
+    "det of a vector": ("numpy", lambda ns: ns.det(np.ones(4)), "(4,)"),
+    "slogdet of 2 x 3 x 4": ("numpy", lambda ns: ns.slogdet(np.ones((2, 3, 4))), "(2, 3, 4)"),
+    "pinv of a vector": ("numpy", lambda ns: ns.pinv(np.ones(4)), "(4,)"),
+    "matrix_power of 3 x 4": ("numpy", lambda ns: ns.matrix_power(np.ones((3, 4)), 2), "(3, 4)"),
+    "expm of 3 x 4": ("scipy", lambda ns: ns.expm(np.ones((3, 4))), "(3, 4)"),
+    "cho_solve with a 3 x 4 factor": (
+        "scipy", lambda ns: ns.cho_solve((jnp.ones((3, 4)), True), jnp.ones(3)), "(3, 4)"),
+    "lu_solve with a 3 x 4 factor": (
+        "scipy", lambda ns: ns.lu_solve((jnp.ones((3, 4)), jnp.arange(3)), jnp.ones(3)), "(3, 4)"),
+}
+
+
+@pytest.mark.parametrize("case", list(SQUARE_ONLY))
+def test_a_matrix_that_is_not_square_raises_both_errors_naming_the_shape(case):
+    """Where JAX's check raises one of ValueError and TypeError, code
+    catching either catches jaxmg's, whose message names the shape (a
+    factor's included, which JAX reports as a core-dimension mismatch)."""
+    import jaxmg.numpy.linalg as mnp
+    import jaxmg.scipy.linalg as msl
+
+    namespace, call, shape = SQUARE_ONLY[case]
+    theirs, mine = (jnp.linalg, mnp) if namespace == "numpy" else (jsl, msl)
+    with pytest.raises((TypeError, ValueError)):
+        call(theirs)
+    for error in (TypeError, ValueError):
+        with pytest.raises(error, match=re.escape(shape)):
+            call(mine)
+
+
 TRACED_FLAGS = {
     "cho_factor lower": lambda ns, a, flag: ns.cho_factor(a, lower=flag)[0],
     "solve_triangular lower": lambda ns, a, flag: ns.solve_triangular(a, a[0], lower=flag),

@@ -30,7 +30,7 @@ def check_rank2(a, name: str = "a", square: bool = True) -> None:
 def check_square_matrices(a, routine: str, name: str = "a") -> None:
     """a of shape (..., N, N): one square matrix or a batch of them."""
     if a.ndim < 2 or a.shape[-1] != a.shape[-2]:
-        raise ValueError(
+        raise ShapeError(
             f"jaxmg.{routine}: {name} must be a square matrix or a batch of them: it must have "
             f"shape [..., n, n], got {tuple(a.shape)}{shard_map_hint()}"
         )

@@ -258,6 +258,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         vector = batching.vector_rhs(b, c.ndim, c.shape[-1], "cho_solve")
         return batching.broadcast_map(fn, (c, b), (2, 1 if vector else 2))
     arguments.check_rank2(c, "c")
+    arguments.check_square_matrices(c, "cho_solve", "c")
     b = operators.as_rhs(b, c.shape[0])
     arguments.check_same_dtype(b, c.dtype, other="c")
     placement = resolve_placement(c, None, None, "c")

@@ -45,7 +45,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None, mesh=None, spec=None, bac
     hermitian = arguments.check_flag(hermitian, "hermitian")
     a = arguments.inexact(a, "a")
     if a.ndim < 2:
-        raise ValueError(f"jaxmg: pinv takes a matrix (..., M, N), got shape {a.shape}")
+        raise arguments.ShapeError(f"jaxmg: pinv takes a matrix (..., M, N), got shape {a.shape}")
     m, n = a.shape[-2:]
     if m == 0 or n == 0:
         return jnp.empty(a.shape[:-2] + (n, m), a.dtype)
@@ -200,10 +200,11 @@ def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
     (repeated squaring; a negative n inverts a first, by :func:`jaxmg.inv`)."""
     a = jnp.asarray(arguments.as_array(a, "a"))
     if a.ndim < 2:
-        raise TypeError(f"{a.ndim}-dimensional array given. Array must be at least "
-                        "two-dimensional")
+        raise arguments.ShapeError(f"{a.ndim}-dimensional array given. Array must be at "
+                                   "least two-dimensional")
     if a.shape[-2] != a.shape[-1]:
-        raise TypeError("Last 2 dimensions of the array must be square")
+        raise arguments.ShapeError("Last 2 dimensions of the array must be square, got shape "
+                                   f"{a.shape}")
     try:
         n = operator.index(n)
     except TypeError as e:
@@ -307,7 +308,7 @@ def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  
     NaN where more than max_squarings squarings would be needed."""
     A = arguments.inexact(A, "A")  # noqa: N806
     if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise ValueError(f"Expected A to be a (batched) square matrix, got A.shape={A.shape}.")
+        raise arguments.ShapeError(f"Expected A to be a (batched) square matrix, got A.shape={A.shape}.")
     upper_triangular = arguments.check_flag(upper_triangular, "upper_triangular")
     max_squarings = operator.index(max_squarings)
     if A.shape[-1] == 0:

@@ -177,6 +177,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         vector = batching.vector_rhs(b, lu_.ndim, lu_.shape[-1], "lu_solve")
         return batching.broadcast_map(fn, (lu_, piv, b), (2, 1, 1 if vector else 2))
     arguments.check_rank2(lu_, "lu")
+    arguments.check_square_matrices(lu_, "lu_solve", "lu")
     b = operators.as_rhs(b, lu_.shape[0])
     arguments.check_same_dtype(b, lu_.dtype, other="lu")
     placement = resolve_placement(lu_, None, None, "lu")

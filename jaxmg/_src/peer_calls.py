@@ -166,7 +166,7 @@ def check_arrays(routine: str, a, b=None):
                         f"{a.dtype}; cast the arrays first")
     local = inside_shard_map()  # a: this device's own rows
     if a.shape[0] != a.shape[1] and not local:
-        raise ValueError(f"{what} expects A to be square, got shape {a.shape}")
+        raise ShapeRefused(f"{what} expects A to be square, got shape {a.shape}")
     rows = (a.shape[0], a.shape[1]) if local else (a.shape[0],)  # b: its rows or all of them
     if b is not None and b.shape[0] not in rows:
         raise ShapeRefused(f"{what}: A and B must have matching leading dimensions (A and b "
