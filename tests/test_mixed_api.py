@@ -274,6 +274,24 @@ def test_a_spec_over_two_axes_is_refused(rng):
         jaxmg.potrs(spd(rng), np.ones(N), mesh=mesh, spec=P("r", "c"), precision="mixed")
 
 
+@pytest.mark.parametrize("sharded", ["a", "b"])
+def test_a_batch_sharded_along_its_batch_axis_on_explicit_axes_is_refused(rng, sharded):
+    """Refused at once, naming precision and the fix, where it used to fail
+    inside the factorisation with JAX's scatter message (a NumPy a beside
+    such a b is placed like it, so either may be named)."""
+    from jax.sharding import NamedSharding
+
+    mesh = helpers.mesh(2)
+    a = np.stack([spd(rng)] * 2)
+    b = rng.normal(size=(2, N, 1))
+    if sharded == "a":
+        a = jax.device_put(a, NamedSharding(mesh, P("x", None, None)))
+    else:
+        b = jax.device_put(b, NamedSharding(mesh, P("x", None, None)))
+    with pytest.raises(ValueError, match=r"precision='mixed' does not take .*: reshard"):
+        jaxmg.solve(a, b, assume_a="pos", precision="mixed")
+
+
 @pytest.mark.parametrize("lower", [False, True], ids=["upper", "lower"])
 def test_spd_solve_of_order_1024_reads_one_triangle(rng, lower):
     # Two right-hand sides: A is mirrored once (hermitian.mirrored), on CPUs by

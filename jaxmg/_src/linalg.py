@@ -67,7 +67,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
         return _batched(functools.partial(
             solve, lower=lower, assume_a=assume_a, tile_size=tile_size, mesh=mesh, spec=spec,
             backend=backend, on_failure=on_failure, precision=precision,
-            return_info=return_info), a, b, pos)
+            return_info=return_info), a, b, pos, mixed)
     if mixed:
         return _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure,
                             return_info)
@@ -93,7 +93,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
     return (x, info) if return_info else x
 
 
-def _batched(fn, a, b, pos: bool):
+def _batched(fn, a, b, pos: bool, mixed: bool):
     """fn over the batch dimensions, by jax.scipy's rule for a vector b:
     b.ndim == 1, or (Cholesky) one dimension fewer than a."""
     vector = b.ndim == 1 or (pos and b.ndim == a.ndim - 1)
@@ -103,6 +103,8 @@ def _batched(fn, a, b, pos: bool):
             f"jaxmg.solve: b of shape {tuple(b.shape)} does not fit a of shape {tuple(a.shape)}: "
             f"b must be ({n},) or (..., {n}, K). For one vector per matrix of the batch, pass "
             "b[..., None] and take [..., 0] of the result (JAX reads b so since 0.5)")
+    if mixed:
+        mixed_api.check_batch((a, "a", a.ndim - 2), (b, "b", b.ndim - (1 if vector else 2)))
     return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
 
 

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures, sharding
+from jaxmg._src.placement import explicit_spec
 from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import refine as rf, solvers
@@ -171,6 +172,22 @@ def check_options(*, tile_size=None, backend="auto", donate=False):
             "jaxmg: precision='mixed' keeps a to refine against, so it cannot give a's buffer "
             "away: leave donate out, or use precision='highest'"
         )
+
+
+def check_batch(*operands):
+    """Refuses a batch sharded along a batch axis on explicit mesh axes
+    (operands: (array, name, number of batch axes)): its matrices would be
+    factored where they lie, whose updates explicit sharding cannot place."""
+    for x, name, batch_axes in operands:
+        typed = explicit_spec(x)
+        sharded = [] if typed is None else [e for e in typed[1][:batch_axes] if e is not None]
+        if sharded:
+            raise ValueError(
+                f"jaxmg: precision='mixed' does not take a batch sharded along its batch axes on "
+                f"explicit mesh axes ({name} is sharded {P(*typed[1])}): reshard {name} with its "
+                "batch axes unsharded (a's rows may stay sharded, P(None, axis, None)), use mesh "
+                "axes of type Auto, or precision='highest', which solves each matrix where it lies"
+            )
 
 
 def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
