@@ -203,8 +203,7 @@ def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
         raise arguments.ShapeError(f"{a.ndim}-dimensional array given. Array must be at "
                                    "least two-dimensional")
     if a.shape[-2] != a.shape[-1]:
-        raise arguments.ShapeError("Last 2 dimensions of the array must be square, got shape "
-                                   f"{a.shape}")
+        raise arguments.ShapeError("Last 2 dimensions of the array must be square")
     try:
         n = operator.index(n)
     except TypeError as e:
