@@ -663,6 +663,8 @@ def scenario_dtype(s: Settings, ranks: int = 2, odd: int = 1) -> Result:
         text = job.text(r)
         if f"participant {odd} (process {odd}) brought another call" not in text:
             problems.append(f"rank {r} was not told: {text[-300:]}")
+        elif "complex64" not in text:
+            problems.append(f"rank {r} was not told which dtype differs: {text[-300:]}")
     return Result("dtype", not problems, f"{name}: " + ("; ".join(problems[:2]) or
                   f"every rank refused it; ended {ended:.1f} s after the start"), 0.0,
                   faults=1, time_to_fail=[ended] if not problems else [])

@@ -39,6 +39,17 @@ ffi::DataType Expected(Role r, ffi::DataType dt) {
   }
 }
 
+// The dtype as JAX names it, for messages a user reads.
+std::string DTypeName(ffi::DataType dtype) {
+  switch (dtype) {
+    case ffi::DataType::F32: return "float32";
+    case ffi::DataType::F64: return "float64";
+    case ffi::DataType::C64: return "complex64";
+    case ffi::DataType::C128: return "complex128";
+    default: return "dtype " + std::to_string(static_cast<int>(dtype));
+  }
+}
+
 }  // namespace
 
 std::string Dims(ffi::Span<const int64_t> d) {
@@ -251,8 +262,8 @@ Status PerRankShape(Routine routine, const Operands& ops, const Grid& grid, Call
 
 std::string SignatureOf(Routine routine, ffi::DataType dtype, const Operands& ops,
                         const CallSite& site) {
-  std::string s = std::string(engines::RoutineName(routine)) + " dtype " +
-                  std::to_string(static_cast<int>(dtype)) + " tile " + std::to_string(site.tile);
+  std::string s = std::string(engines::RoutineName(routine)) + " " + DTypeName(dtype) +
+                  " tile " + std::to_string(site.tile);
   for (int r = 0; r < engines::kRoles; ++r) {
     if (ops.present[r]) s += std::string(" ") + RoleName(static_cast<Role>(r)) + Dims(ops.dims[r]);
   }
