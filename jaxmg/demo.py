@@ -24,7 +24,8 @@ def _gpu_present() -> bool:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jaxmg.demo",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=1000, help="matrix order N (default 1000)")
     parser.add_argument("--devices", type=int, default=8, help="host CPU devices without a GPU")
     parser.add_argument("--tile", type=int, default=32, help="block-cyclic tile T_A (default 32)")
