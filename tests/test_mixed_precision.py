@@ -702,7 +702,7 @@ def test_refine_stops_at_the_floor(rng):
     )
     assert np.all(converged) and not np.any(gmres)
     assert np.all((np.asarray(iterations) >= 1) & (np.asarray(iterations) <= 4))
-    assert np.all(np.asarray(berr) <= 4 * np.asarray(floor))
+    assert np.all(np.asarray(berr) <= 4 * np.asarray(refine.normwise_floor(anorm, floor)))
 
 
 @pytest.mark.parametrize("contraction", [1e-3, 5e-3])
@@ -765,14 +765,15 @@ def test_refine_gives_up_at_once_when_its_rate_cannot_reach_the_bound(rng, contr
     iterations = np.asarray(iterations)
     if reaches:
         assert np.all(converged) and np.all((iterations > 20) & (iterations < budget))
-        assert np.all(np.asarray(berr) <= float(refine.tolerance(64, floor)))
+        assert np.all(np.asarray(berr)
+                      <= refine.tolerance(64) * float(refine.normwise_floor(anorm, floor)))
     else:
         assert not np.any(converged) and np.all(iterations <= 2)
 
 
 def test_auto_hands_a_classic_rate_short_of_the_budget_to_gmres(rng):
     """Classic refinement whose error shrinks by 0.45 a step (so it never
-    counts as slow) would need about 45 solves: method "ir" gives up at once,
+    counts as slow) would need about 45 solves: method "ir" gives up within three,
     "auto" hands the column to GMRES-IR, which converges (here in one step,
     the preconditioned matrix being 0.55 I) within the budget of 30."""
     a = spd(rng, 64, np.float64, 10.0)
@@ -786,11 +787,11 @@ def test_auto_hands_a_classic_rate_short_of_the_budget_to_gmres(rng):
             refine.options(method), start_ok=jnp.asarray(True),
         )
 
-    _, iterations, _, converged, _ = run("ir")
-    assert not np.any(converged) and np.all(np.asarray(iterations) <= 2)
+    _, iterations, _, converged, _ = run("ir")  # the forecast after the second is borderline
+    assert not np.any(converged) and np.all(np.asarray(iterations) <= 3)
     x, iterations, gmres, converged, berr = run("auto")
     assert np.all(converged) and np.all(gmres) and np.all(np.asarray(iterations) <= 6), iterations
-    assert np.all(np.asarray(berr) <= float(refine.tolerance(64, floor)))
+    assert np.all(np.asarray(berr) <= refine.tolerance(64) * float(refine.normwise_floor(anorm, floor)))
     np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b), rtol=1e-12)
 
 

@@ -105,7 +105,7 @@ class MixedFactor:
     a: jax.Array
     factor: object
     factor_info: jax.Array
-    norms: tuple  # (||A||_inf, the residual's floor): refine.norms, computed once
+    norms: tuple  # (||A||_inf, the rows' share of the residual's rounding): refine.norms, once
     kind: str
     cfg: blk.Config
     rows: placement.Rows
@@ -198,8 +198,9 @@ def factor(kind: str, a, *, triangle: str | None = None, mesh=None, spec=None,
     a, rows, n = _matrix(a, mesh, spec, triangle if kind == "spd" else None)
     if n == 0:  # nothing to factor (the norms would reduce over no entries)
         stored = "lower" if triangle == "lower" else "upper"
-        zero = jnp.zeros((), jnp.finfo(a.dtype).dtype)
-        return MixedFactor(a, None, jnp.zeros((), jnp.int32), (zero, zero), kind, _config(kind, a, rows),
+        real = jnp.finfo(a.dtype).dtype
+        norms = (jnp.zeros((), real), jnp.zeros((0,), real))
+        return MixedFactor(a, None, jnp.zeros((), jnp.int32), norms, kind, _config(kind, a, rows),
                            rows, on_failure, stored if kind == "spd" else None, n)
     return _factored(kind, a, triangle, rows, on_failure, n)
 
@@ -226,7 +227,7 @@ def _padded(a, extra: int, triangle: str | None = None):
     divide (sharded rows must divide evenly): the same solution in the
     leading rows, 0 in the rest (no pivot or update mixes the blocks).
     d, a power of two at most max |a_ij| (1 for A = 0), leaves ||A||_inf,
-    the residual floor (refine.norms) and the Cholesky's scaling as they are;
+    the rows' rounding (refine.norms) and the Cholesky's scaling as they are;
     it is taken from the triangle read (the other may hold anything)."""
     read = {"upper": jnp.triu, "lower": jnp.tril}.get(triangle, lambda m: m)
     largest = jax.lax.stop_gradient(jnp.max(jnp.abs(read(a))))

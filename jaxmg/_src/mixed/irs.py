@@ -131,7 +131,8 @@ def checked(a, b, settings: Settings, otherwise, transpose: bool = False):
     norms = rf.norms(a, adjoint=transpose)
     x, record, count = _refined(a, b, settings, transpose, norms)
     # cuSOLVER's own float64 solve (count < 0) stands; any other answer must meet the bound.
-    above = (count >= 0) & (record.info == 0) & (record.backward_error > rf.tolerance(n, norms[1]))
+    above = (count >= 0) & (record.info == 0) & (record.backward_error
+                                                    > rf.tolerance(n) * rf.normwise_floor(*norms))
     short = above | (record.info != 0)
 
     def again(_):

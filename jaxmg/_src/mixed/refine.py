@@ -7,21 +7,26 @@ classic iterative refinement while it converges fast, then GMRES-IR
 as the preconditioner; the flexible form keeps the preconditioned vectors,
 so a preconditioner that rounds does no harm).
 
-Stopping test, per column of B, on the normwise backward error
-(Rigal-Gaches) in the infinity norm, as LAPACK's refinement measures it:
+Progress, per column of B, is the normwise backward error (Rigal-Gaches)
+in the infinity norm, as LAPACK's refinement measures it:
     berr = ||b - A x||_inf / (||A||_inf ||x||_inf + ||b||_inf).
-A float64 residual is computed no more accurately than its rounding, about
-eps * max_i ||a_i||_2 ||x||_inf (a_i: row i of A; `floor` below is that over
-||A||_inf ||x||_inf), so no fixed multiple of eps is what the float64
-solver attains: for a matrix whose rows have entries of one size the floor
-is near eps / sqrt(N), far below eps at large N. A column is therefore
-refined until berr stops decreasing (a step that gains less than 10%, or
-less than half once within the tolerance), and accepted if it stopped
-there within sqrt(N) * floor, the role sqrt(N) * eps plays in LAPACK's
-dsposv. (Stopping earlier, at a few times `floor`, saves a step on
-well-scaled matrices but not safely: where A's columns differ in scale by
-orders of magnitude, floor overstates the residual's rounding, and such a
-stop leaves x hundreds of times less accurate than float64 LU's.) The step
+Where to stop is judged row by row: a float64 residual's entry i is
+computed no more accurately than its rounding, about
+eps (||a_i||_2 ||x||_inf + |b_i|) (a_i: row i of A; `row_floor` below is
+eps ||a_i||_2), so the measure is the residual in units of that rounding,
+    rounding = max_i |r_i| / (row_floor_i ||x||_inf + eps |b_i|),
+1 at the floor. A floor taken over the whole matrix instead (its largest
+row's over ||A||_inf) is that of the largest row: where one row dominates
+(a penalty entry on the diagonal), it let a column stop with every other
+row's residual thousands of times above its rounding, and x thousands of
+times less accurate than float64's. A column is refined until berr stops
+decreasing (a step that gains less than 10%, or less than half once within
+the tolerance), and accepted if it stopped there within a rounding of
+sqrt(N), the role sqrt(N) * eps plays in LAPACK's dsposv. (Stopping
+earlier, at a few roundings, saves a step on well-scaled matrices but not
+safely: where A's columns differ in scale by orders of magnitude, the row
+bound overstates the residual's rounding, and such a stop leaves x hundreds
+of times less accurate than float64 LU's.) The step
 that shows berr has stopped decreasing is saved where x itself shows it:
 a column within the tolerance stops when, at the rate of its last two
 corrections, the next would change x by less than eps of its norm (on a
@@ -33,7 +38,7 @@ converges faster). Once every column being refined is within the bound, a
 GMRES cycle takes one step: that shows whether berr still falls, where a
 whole cycle at the floor would be lost. A column that stops above
 the bound, or is still improving when the budget of low-precision solves
-runs out (unless already below `floor`), fails and goes to the caller's
+runs out (unless already at the floor, a rounding of 1), fails and goes to the caller's
 float64 fallback; so does, at once, a column whose last GMRES-IR step
 forecasts (at that step's rate) more solves to the bound than the budget has
 left, or whose classic step does under method "ir". The
@@ -90,8 +95,9 @@ def options(method="auto", max_iterations=30, restart=20, inner_tolerance=1e-4) 
 
 
 def norms(a, *, adjoint: bool = False):
-    """(||A||_inf, the residual rounding estimate eps * max_i ||a_i||_2 /
-    ||A||_inf): one pass over A. adjoint: A^H's, from A's columns."""
+    """(||A||_inf, row_floor: eps ||a_i||_2 per row i, the rows' share of
+    the residual's rounding): one pass over A. adjoint: A^H's, from A's
+    columns."""
     axis = 0 if adjoint else 1
     row_abs = jnp.sum(jnp.abs(a), axis=axis)
     row_two = jnp.sqrt(jnp.sum(jnp.abs(a) ** 2, axis=axis))
@@ -100,15 +106,33 @@ def norms(a, *, adjoint: bool = False):
 
 def norms_of(row_abs, row_two, dtype):
     """norms from the rows' 1-norms and 2-norms."""
-    anorm = jnp.max(row_abs)
-    eps = jnp.finfo(dtype).eps
-    floor = eps * jnp.max(row_two) / jnp.where(anorm > 0, anorm, 1)
-    return anorm, floor
+    return jnp.max(row_abs), jnp.finfo(dtype).eps * row_two
 
 
-def tolerance(n: int, floor):
-    """The largest backward error accepted at order n."""
-    return math.sqrt(max(n, 1)) * floor
+def tolerance(n: int):
+    """The largest rounding (see above) accepted at order n."""
+    return math.sqrt(max(n, 1))
+
+
+def normwise_floor(anorm, row_floor):
+    """The backward error of a residual at its largest row's rounding: a
+    bound for solvers that report berr alone (an overestimate where one row
+    dominates)."""
+    return jnp.max(row_floor) / jnp.where(anorm > 0, anorm, 1)
+
+
+def rounding(r, x, b, row_floor):
+    """Per column: max_i |r_i| / (row_floor_i ||x||_inf + eps |b_i|), the
+    residual in units of its float64 rounding; 0 for r = 0, inf where r or
+    x is not finite."""
+    eps = jnp.finfo(b.dtype).eps
+    size = jnp.max(jnp.abs(x), axis=0)
+    unit = row_floor[:, None] * size[None, :] + eps * jnp.abs(b)
+    num = jnp.abs(r)
+    ratio = jnp.where(unit > 0, num / jnp.where(unit > 0, unit, 1), jnp.where(num > 0, jnp.inf, 0))
+    worst = jnp.max(ratio, axis=0)
+    finite = jnp.all(jnp.isfinite(r), axis=0) & jnp.isfinite(size)
+    return jnp.where(finite, worst, jnp.inf)
 
 
 def backward_error(r, x, b, anorm):
@@ -126,6 +150,7 @@ class _State:
     x: jax.Array  # (N, K) the best x so far
     r: jax.Array  # its residual
     berr: jax.Array  # (K,) its backward error
+    rounding: jax.Array  # (K,) its residual in units of the residual's rounding
     change: jax.Array  # (K,) its last correction's norm relative to its own
     active: jax.Array  # (K,) still being refined in this phase
     handover: jax.Array  # (K,) left classic refinement for GMRES-IR
@@ -134,7 +159,7 @@ class _State:
     spent: jax.Array  # () the most any column spent
 
 
-def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
+def refine(matvec, precondition, b, anorm, row_floor, opts: Options, *, start_ok):
     """Solves A x = b (b: (N, K)) to the float64 floor. matvec(X) = A X and
     precondition(R) ~ A^{-1} R, both at b's precision. start_ok: False skips
     everything (a failed factorisation): every column then fails. A column
@@ -151,7 +176,7 @@ def refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
     at the low precision's accuracy. The backward error is unchanged by it.
     """
     scale = column_scale(b)
-    x, *rest = _refine(matvec, precondition, b * scale.astype(b.dtype), anorm, floor, opts,
+    x, *rest = _refine(matvec, precondition, b * scale.astype(b.dtype), anorm, row_floor, opts,
                        start_ok=start_ok)
     return (x / scale.astype(x.dtype), *rest)
 
@@ -165,9 +190,9 @@ def column_scale(b):
     return jnp.where(ok, jnp.ldexp(jnp.ones_like(big), 1 - e), 1)
 
 
-def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
+def _refine(matvec, precondition, b, anorm, row_floor, opts: Options, *, start_ok):
     n, k = b.shape
-    tol = tolerance(n, floor)
+    tol = tolerance(n)
     eps = jnp.finfo(b.dtype).eps
     budget = opts.max_iterations
     zero = jnp.zeros((k,), bool)
@@ -180,6 +205,8 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
         r=b,
         berr=jnp.where(finite, jnp.where(jnp.any(b != 0, axis=0), 1.0, 0.0), jnp.inf
                        ).astype(anorm.dtype),
+        rounding=jnp.where(finite, jnp.where(jnp.any(b != 0, axis=0), jnp.inf, 0.0), jnp.inf
+                           ).astype(anorm.dtype),
         change=jnp.full((k,), jnp.inf, anorm.dtype),
         active=start_ok & finite & jnp.any(b != 0, axis=0),
         handover=zero,
@@ -195,32 +222,35 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
         take = s.active & (berr_try < s.berr)
         gain = berr_try / jnp.where(s.berr > 0, s.berr, 1)
         berr = jnp.where(take, berr_try, s.berr)
+        within = jnp.where(take, rounding(r_try, x_try, b, row_floor), s.rounding)
+        reached = within <= tol
         change_try = relative_change(x_try, s.x)
         change = jnp.where(take, change_try, s.change)
         # Within the tolerance only a step that halves berr is worth another:
         # the rest is the floor's noise (LAPACK's xGERFS stops the same way).
-        at_floor = ~(gain < _FLOOR_GAIN) | (berr == 0) | ((berr <= tol) & ~(gain <= _FAST_GAIN))
-        at_floor = at_floor | (take & (berr <= tol) & (gain <= _FAST_GAIN)
+        at_floor = ~(gain < _FLOOR_GAIN) | (berr == 0) | (reached & ~(gain <= _FAST_GAIN))
+        at_floor = at_floor | (take & reached & (gain <= _FAST_GAIN)
                                & last_step_left_x_exact(change_try, s.change, eps))
         go_on = ~at_floor
         iterations = s.iterations + jnp.where(s.active, used, 0).astype(jnp.int32)
         # At the last step's rate the column would not reach the tolerance within the budget.
-        short = _out_of_reach(berr, gain, used, tol, budget - iterations)
+        short = _out_of_reach(within, gain, used, tol, budget - iterations)
         handover = s.handover
         if phase == "ir" and opts.method == "auto":
             # A classic rate that falls short is no forecast for GMRES-IR, which converges faster.
-            slow = (~(gain <= _FAST_GAIN) | short) & ~(berr <= tol)
-            handover = handover | (s.active & (slow | (at_floor & ~(berr <= tol))))
+            slow = (~(gain <= _FAST_GAIN) | short) & ~reached
+            handover = handover | (s.active & (slow | (at_floor & ~reached)))
             go_on = go_on & ~slow
         go_on = go_on & ~short
         return _State(
             x=jnp.where(take, x_try, s.x),
             r=jnp.where(take, r_try, s.r),
             berr=berr,
+            rounding=within,
             change=change,
             active=s.active & go_on,
             handover=handover,
-            settled=s.settled | (s.active & at_floor & (berr <= tol)),
+            settled=s.settled | (s.active & at_floor & reached),
             iterations=iterations,
             spent=s.spent + used,
         )
@@ -233,11 +263,11 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
         s = lax.while_loop(running, lambda s: judge(s, s.x + precondition(s.r), one, "ir"), s)
     if opts.method != "ir":
         if opts.method == "auto":
-            s = dataclasses.replace(s, active=s.handover | (s.active & ~(s.berr <= tol)))
+            s = dataclasses.replace(s, active=s.handover | (s.active & ~(s.rounding <= tol)))
         ran = s.active & (s.spent < budget)
 
         def cycle(s: _State):
-            near = jnp.all(~s.active | (s.berr <= tol))
+            near = jnp.all(~s.active | (s.rounding <= tol))
             limit = jnp.minimum(jnp.where(near, _STEPS_WITHIN_TOLERANCE, opts.restart),
                                 budget - s.spent)
             d, used = _fgmres(matvec, precondition, s.r, s.active, limit, opts)
@@ -246,7 +276,7 @@ def _refine(matvec, precondition, b, anorm, floor, opts: Options, *, start_ok):
         s = lax.while_loop(running, cycle, s)
     else:
         ran = zero
-    converged = start_ok & (s.settled | (s.berr <= floor))
+    converged = start_ok & (s.settled | (s.rounding <= 1))
     return failures.nan_where(~finite, s.x), s.iterations, ran, converged, s.berr
 
 
@@ -268,15 +298,15 @@ def last_step_left_x_exact(change, previous, eps):
     return (previous > 0) & jnp.isfinite(previous) & (rate < 1) & (rate * change <= eps)
 
 
-def _out_of_reach(berr, gain, used, tol, left):
+def _out_of_reach(within, gain, used, tol, left):
     """Per column: at the rate of the last step (berr fell by `gain` in
-    `used` solves), reaching the tolerance takes more solves than the `left`
-    in the budget. Such a column would fail at the budget's end; stopping it
+    `used` solves), bringing the rounding `within` to the tolerance takes
+    more solves than the `left` in the budget. Such a column would fail at the budget's end; stopping it
     now brings its float64 fallback sooner. A wrong forecast costs time, not
     accuracy: the column is then solved in float64."""
-    improving = (gain > 0) & (gain < 1) & (berr > tol) & (tol > 0)
+    improving = (gain > 0) & (gain < 1) & (within > tol) & jnp.isfinite(within)
     safe_gain = jnp.where(improving, gain, 0.5)
-    safe_ratio = jnp.where(improving, tol / berr, 0.5)  # improving: berr > tol > 0
+    safe_ratio = jnp.where(improving, tol / within, 0.5)  # improving: within > tol > 0
     needed = used * jnp.log(safe_ratio) / jnp.log(safe_gain)
     return improving & (needed > left)
 

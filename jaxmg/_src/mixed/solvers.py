@@ -214,7 +214,7 @@ def _solve_body(a, b, *, kind, cfg, opts, fallback, rows):
 
 def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback, rows,
                  adjoint=False, triangle=None):
-    anorm, floor = rf.norms(a, adjoint=True) if adjoint else norms
+    anorm, row_floor = rf.norms(a, adjoint=True) if adjoint else norms
     if triangle is not None and b.shape[1] > hermitian.MAX_COLUMNS:
         a, triangle = hermitian.mirrored(a, triangle == "upper"), None  # one copy; then GEMMs
     if isinstance(factor, normal.GramFactor):
@@ -232,14 +232,14 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
     else:
         matvec = functools.partial(hermitian.product, a, upper=triangle == "upper")
     x, iterations, gmres, converged, berr = rf.refine(
-        matvec, precondition, b, anorm, floor, opts, start_ok=factor_info == 0
+        matvec, precondition, b, anorm, row_floor, opts, start_ok=factor_info == 0
     )
 
     def fall_back(x):
         if kind == "spd":
-            x64, info = _spd_fallback(a, b, anorm, floor, rows, cfg, factor_info, matvec, triangle)
+            x64, info = _spd_fallback(a, b, anorm, row_floor, rows, cfg, factor_info, matvec, triangle)
         else:
-            x64, info = _general_fallback(a, b, anorm, floor, rows, cfg, factor_info, matvec, adjoint)
+            x64, info = _general_fallback(a, b, anorm, row_floor, rows, cfg, factor_info, matvec, adjoint)
         x = jnp.where(converged, x, x64)
         s = rf.column_scale(b).astype(b.dtype)  # as refine measures it: no subnormal residual
         return x, rf.backward_error(b * s - matvec(x * s), x * s, b * s, anorm), info
@@ -257,7 +257,7 @@ def _matvec(a, rows: placement.Rows, x, adjoint: bool = False):
 _FALLBACK_REFINEMENT = rf.Options(method="ir", max_iterations=4)
 
 
-def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info, matvec,
+def _spd_fallback(a, b, anorm, row_floor, rows: placement.Rows, cfg: blk.Config, factor_info, matvec,
                   triangle=None):
     """Float64 Cholesky: JAX's own on one device, the blocked one at float64
     on row-sharded matrices (JAX's would gather the matrix); then a few
@@ -272,10 +272,10 @@ def _spd_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, fac
         c = jsl.cho_factor(a, lower=triangle != "upper")
         info = jnp.where(chol.did_not_factor(c[0]), jnp.maximum(factor_info, 1), 0).astype(jnp.int32)
         solve = functools.partial(jsl.cho_solve, c)
-    return _fallback_solve(matvec, b, anorm, floor, solve, info)
+    return _fallback_solve(matvec, b, anorm, row_floor, solve, info)
 
 
-def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config, factor_info, matvec,
+def _general_fallback(a, b, anorm, row_floor, rows: placement.Rows, cfg: blk.Config, factor_info, matvec,
                       adjoint: bool = False):
     """Float64 LU: JAX's own on one device, the blocked one at float64 on
     row-sharded matrices; then a few float64 refinement steps (of a^H x = b
@@ -290,10 +290,10 @@ def _general_fallback(a, b, anorm, floor, rows: placement.Rows, cfg: blk.Config,
         bad = (diag == 0) | ~jnp.isfinite(diag)
         info = jnp.where(jnp.any(bad), 1 + jnp.argmax(bad), 0).astype(jnp.int32)
         solve = functools.partial(jsl.lu_solve, (lu_, piv), trans=2 if adjoint else 0)
-    return _fallback_solve(matvec, b, anorm, floor, solve, info)
+    return _fallback_solve(matvec, b, anorm, row_floor, solve, info)
 
 
-def _fallback_solve(matvec, b, anorm, floor, solve, info):
+def _fallback_solve(matvec, b, anorm, row_floor, solve, info):
     precondition = lambda r: solve(r).astype(r.dtype)  # noqa: E731
-    x, *_ = rf.refine(matvec, precondition, b, anorm, floor, _FALLBACK_REFINEMENT, start_ok=info == 0)
+    x, *_ = rf.refine(matvec, precondition, b, anorm, row_floor, _FALLBACK_REFINEMENT, start_ok=info == 0)
     return failures.nan_where_failed(x, info), info
