@@ -12,10 +12,11 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import dropin
 import helpers
-from dropin import K, N, REP, ROWS, api
+from dropin import K, N, PLAIN, REP, ROWS, api
 
 
 def triangle(c, lower):
@@ -334,6 +335,33 @@ def test_cho_solve_of_cho_factor_derivative_as_jax(rng, dtype, lower):
         for g in grads:
             dropin.assert_close(g, gradient, dtype)
         dropin.assert_close(logdet_grad, logdet_gradient, dtype)
+
+
+@pytest.mark.parametrize("how", [REP, "columns", PLAIN])
+def test_pos_solve_lower_derivatives_of_a_matrix_not_row_sharded(rng, how):
+    """solve(a, b, assume_a="pos", lower=True) under jax.set_mesh with a
+    replicated, column-sharded or on one device: grad, jit(grad) and jvp as
+    JAX's (the read triangle's tangent was typed unlike the matrix read)."""
+    mesh = dropin.mesh(4, "explicit")
+    a, t = dropin.spd(rng, N, np.float64), dropin.random(rng, (N, N), np.float64)
+    b = dropin.promote(dropin.random(rng, (N,), np.float64))
+
+    def loss(linalg):
+        return lambda a: jnp.sum(linalg.solve(a, b, assume_a="pos", lower=True) ** 2)
+
+    pa, pt = dropin.promote(a), dropin.promote(t)
+    gradient = jax.grad(loss(jsl))(pa)
+    tangent = jax.jvp(lambda a: jsl.solve(a, b, assume_a="pos", lower=True), (pa,), (pt,))[1]
+    with jax.set_mesh(mesh):
+        if how == "columns":
+            x, u = (jax.device_put(m, NamedSharding(mesh, P(None, "x"))) for m in (pa, pt))
+        else:
+            x, u = dropin.place(pa, how, mesh), dropin.place(pt, how, mesh)
+        grads = [jax.grad(loss(api))(x), jax.jit(jax.grad(loss(api)))(x)]
+        got = jax.jvp(lambda a: api.solve(a, b, assume_a="pos", lower=True), (x,), (u,))[1]
+    for g in grads:
+        dropin.assert_close(g, gradient, np.float64)
+    dropin.assert_close(got, tangent, np.float64)
 
 
 @pytest.mark.parametrize("devices", [1, 4])

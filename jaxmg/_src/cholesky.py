@@ -364,7 +364,19 @@ def lower_read_as_solved(a, layout: Layout):
 
 @lower_read_as_solved.defjvp
 def _lower_read_as_solved_jvp(layout, primals, tangents):
-    return lower_read_as_solved(primals[0], layout), tangents[0]
+    read = lower_read_as_solved(primals[0], layout)
+    return read, _typed_as(tangents[0], read)
+
+
+def _typed_as(tangent, primal):
+    """The tangent with the primal's type: on explicit mesh axes they must
+    match, and the primal may be row-sharded where the tangent is not (an
+    unplaced or column-sharded matrix under jax.set_mesh), or the other way
+    round."""
+    want = getattr(jax.typeof(primal), "sharding", None)
+    if want is not None and not want.mesh.empty and jax.typeof(tangent).sharding != want:
+        return jax.sharding.reshard(tangent, want)
+    return tangent
 
 
 def triangular_factor(f: CholeskyFactor):
@@ -698,13 +710,7 @@ def _as_factored_jvp(layout, lower, primals, tangents):
     read = _as_factored(layout, lower, a, factor, info)
     f = CholeskyFactor(factor, a, info, layout, lower)
     tangent = _factored_tangent(f, upper_read(tangents[0], lower, layout))
-    # On explicit mesh axes the tangent's type must be the result's, which
-    # may be unsharded (an unplaced matrix under jax.set_mesh) where the
-    # rule's products come out row-sharded.
-    want = getattr(jax.typeof(read), "sharding", None)
-    if want is not None and not want.mesh.empty and jax.typeof(tangent).sharding != want:
-        tangent = jax.sharding.reshard(tangent, want)
-    return read, tangent
+    return read, _typed_as(tangent, read)
 
 
 def _factored_tangent(f: CholeskyFactor, da):
