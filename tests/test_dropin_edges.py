@@ -357,6 +357,16 @@ def test_positive_definite_solve_of_a_batch(b_shape):
     np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-5)
 
 
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_scalar_b_beside_a_batch_is_a_value_error(assume_a):
+    """As JAX's (it once raised an IndexError), naming b's shape."""
+    a = np.broadcast_to(4 * np.eye(4) + 1, (2, 4, 4))
+    with pytest.raises(ValueError):
+        jsl.solve(a, np.float32(1.0), assume_a=assume_a)
+    with pytest.raises(ValueError, match=r"shape \(\)"):
+        api.solve(a, np.float32(1.0), assume_a=assume_a)
+
+
 def test_positive_definite_solve_refuses_vectors_of_another_length():
     """A ValueError naming b's shape, as jax.scipy.linalg.solve raises (the
     reference solves as jnp.linalg.solve, which reads this b otherwise)."""

@@ -98,7 +98,7 @@ def _batched(fn, a, b, pos: bool, mixed: bool):
     b.ndim == 1, or (Cholesky) one dimension fewer than a."""
     vector = b.ndim == 1 or (pos and b.ndim == a.ndim - 1)
     n = a.shape[-1]
-    if (b.shape[-1] if vector else b.shape[-2]) != n:
+    if b.ndim == 0 or (b.shape[-1] if vector else b.shape[-2]) != n:
         raise ValueError(
             f"jaxmg.solve: b of shape {tuple(b.shape)} does not fit a of shape {tuple(a.shape)}: "
             f"b must be ({n},) or (..., {n}, K). For one vector per matrix of the batch, pass "
