@@ -364,6 +364,21 @@ def test_pos_solve_lower_derivatives_of_a_matrix_not_row_sharded(rng, how):
     dropin.assert_close(got, tangent, np.float64)
 
 
+def test_numpy_cholesky_symmetrizes_a_column_sharded_matrix(rng):
+    """jnp.linalg.cholesky's default symmetrize_input averages a with its
+    transpose: with a's columns sharded the two terms came in different
+    layouts, which explicit sharding refused to add."""
+    mesh = dropin.mesh(4, "explicit")
+    a = dropin.spd(rng, N, np.float64) + 0.01 * dropin.random(rng, (N, N), np.float64)
+    pa = dropin.promote(a)
+    loss = lambda linalg: lambda a: jnp.sum(linalg.cholesky(a) ** 2)  # noqa: E731
+    with jax.set_mesh(mesh):
+        columns = jax.device_put(pa, NamedSharding(mesh, P(None, "x")))
+        got, grad = jaxmg.numpy.linalg.cholesky(columns), jax.grad(loss(jaxmg.numpy.linalg))(columns)
+    dropin.assert_close(got, jnp.linalg.cholesky(pa), np.float64)
+    dropin.assert_close(grad, jax.grad(loss(jnp.linalg))(pa), np.float64)
+
+
 @pytest.mark.parametrize("devices", [1, 4])
 def test_a_lower_factor_holds_no_more_memory_than_an_upper_one(rng, devices):
     """cho_factor(a, lower=True) factors a's transpose; the factor keeps a

@@ -338,8 +338,9 @@ def cholesky(a, lower=_LOWER_NOT_GIVEN, overwrite_a=False, check_finite=True, *,
 def _cholesky_program(a, *, layout: Layout, lower: bool, symmetrize: bool, numpy_upper: bool):
     """One compiled program for the reads around the factorisation: called
     eagerly, each would compile a program of its own per shape."""
-    if symmetrize and layout.n:
-        a = (a + upper_read(a, True, layout)) / 2
+    if symmetrize and layout.n:  # both terms row-sharded (a may come by columns)
+        rows = sharding.constrain_result(a, layout.placement, layout.row_spec)
+        a = (rows + upper_read(a, True, layout)) / 2
     if numpy_upper:  # jnp reads the lower triangle, then gives L^H
         return upper_read(_cholesky_matrix(upper_read(a, True, layout), layout=layout,
                                            lower=True), True, layout)
