@@ -136,6 +136,24 @@ def test_one_dominant_row_is_refined_to_float64_accuracy_or_falls_back(rng, assu
     assert forward <= max(10 * reference[1], 100 * eps), (forward, reference, info)
 
 
+@pytest.mark.parametrize("size", [1e-39, 1e39])
+@pytest.mark.parametrize("assume_a", ["pos", "gen"])
+def test_a_matrix_near_float64_s_range_limits_refines_as_at_unit_scale(rng, assume_a, size):
+    """A power of two brings A into the low precision's range; that power
+    (2^127 and beyond here) lies outside float32's, and held there it made
+    the factorisation fail (info 1 for a matrix of condition 100) and the
+    solve fall back to float64."""
+    a = (spd(rng) if assume_a == "pos" else general(rng)) * size
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    x, info = jaxmg.solve(a, b, assume_a=assume_a, precision="mixed", return_info=True)
+    assert int(info.factor_info) == 0 and not np.any(np.asarray(info.fallback))
+    assert np.all(np.asarray(info.iterations) <= 6)
+    close(x, a, b)
+    f = jaxmg.lu_factor(a, precision="mixed") if assume_a == "gen" else jaxmg.cho_factor(
+        a, precision="mixed")
+    assert int(f.info) == 0
+
+
 def _refined_solution(m, b, steps=3):
     """m^-1 b to about float64's rounding of the exact one: LU solves
     refined with residuals in extended precision (np.longdouble)."""

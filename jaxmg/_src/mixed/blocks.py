@@ -112,6 +112,13 @@ def offsets(widths) -> list[tuple[int, int]]:
     return out
 
 
+def times_scale(y, scale):
+    """y times a factor's power-of-two scale, in the wider of their dtypes:
+    the scale of a matrix near float64's range limits lies outside
+    float32's (2^127 for ||A|| near 1e-38)."""
+    return y.astype(jnp.result_type(y.dtype, scale.dtype)) * scale
+
+
 def power_of_two_near_inverse(v):
     """2^(1 - e) for v = m 2^e, 1/2 <= m < 1: v times it lies in [1, 2)
     (1 where v is 0 or not finite). ldexp is exact; exp2 rounds."""

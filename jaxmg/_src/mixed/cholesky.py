@@ -118,7 +118,6 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows, upper: bool = Fa
     lower block columns' conjugate transposes."""
     work = blk.work_dtype(a.dtype, cfg.panel)
     parts = blk.partition(a.shape[0], cfg.block_size)
-    scale = scale.astype(jnp.finfo(work).dtype)
 
     def column(o, w):  # sharded: all rows (placement.Rows.start)
         c = a[:, o : o + w] if rows.sharded else hermitian.lower_column(a, o, w, upper)
@@ -312,7 +311,8 @@ def _first_nonpositive_pivot_unblocked(d):
 def solve(f: CholeskyFactor, b):
     """(scale A)^{-1} b * scale = A^{-1} b at the factor's precision, by
     block triangular sweeps (GEMVs with the block columns and the inverses
-    of the diagonal blocks). b: (N, K); returns the factor's dtype."""
+    of the diagonal blocks). b: (N, K); returns the factor's dtype (the
+    scale's, where wider: blocks.times_scale)."""
     return _solve(f, b)
 
 
@@ -340,7 +340,7 @@ def _sweeps(f: CholeskyFactor, b):
             rest = y if rows.sharded else y[o + w :]
             t = t - rows.row_product(l21, rest, adjoint_x=True)
         y = rows.whole(y.at[o : o + w].set(placement.dot(inv, t, adjoint_x=True)))
-    return y * f.scale.astype(y.dtype)
+    return blk.times_scale(y, f.scale)
 
 
 def dense(f: CholeskyFactor):

@@ -105,7 +105,6 @@ def _factor(a, scale, *, cfg: blk.Config, rows: placement.Rows):
     n = a.shape[0]
     work = blk.work_dtype(a.dtype, cfg.panel)
     parts = blk.partition(n, cfg.block_size)
-    scale = scale.astype(jnp.finfo(work).dtype)
     cols = [rows.rows((a[:, o : o + w] * scale.astype(a.dtype)).astype(work)) for o, w in parts]
     r = rows.row_index(0, n)
     lower_inverses, upper_inverses, pivots = [], [], []
@@ -224,7 +223,7 @@ def _sweeps(f: LUFactor, b, *, adjoint: bool = False):
             y = rows.whole(y - jnp.where(r < o, rows.row_product(c, xj), 0))
         else:
             y = y.at[:o].add(-placement.dot(c[:o], xj))
-    return y * f.scale.astype(y.dtype)
+    return blk.times_scale(y, f.scale)
 
 
 def _adjoint_sweeps(f: LUFactor, b):
@@ -249,7 +248,7 @@ def _adjoint_sweeps(f: LUFactor, b):
             t = t - rows.row_product(c if rows.sharded else c[o + w :], below, adjoint_x=True)
         y = rows.whole(y.at[o : o + w].set(placement.dot(linv, t, adjoint_x=True)))
     x = jnp.zeros_like(y).at[f.permutation].set(y)
-    return rows.whole(x) * f.scale.astype(y.dtype)
+    return blk.times_scale(rows.whole(x), f.scale)
 
 
 def dense(f: LUFactor):

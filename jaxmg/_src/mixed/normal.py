@@ -120,5 +120,5 @@ def solve(f: GramFactor, r, *, adjoint: bool = False):
     else:
         out = chol._sweeps(f.cholesky, rows.whole(placement.dot(f.adjoint, r)))
     # G_c^-1 (c A^H) = A^-1 / c, and (c A^H)^H G_c^-1 = A^-H / c
-    return out * f.scale.astype(out.dtype)
+    return blk.times_scale(out, f.scale)
 
