@@ -357,6 +357,25 @@ def test_positive_definite_solve_of_a_batch(b_shape):
     np.testing.assert_allclose(got, want.reshape(got.shape), rtol=1e-5)
 
 
+@pytest.mark.skipif(dropin.REFERENCE, reason="the reference needs no placing of inputs")
+def test_eager_reverse_mode_of_unplaced_inputs_under_set_mesh_stays_on_the_mesh(rng):
+    """Unplaced inputs (jnp.asarray's) under jax.set_mesh are put on the
+    mesh; their cotangents come back there, as JAX's do, not committed to
+    the input's one device (where jacrev's and hessian's next step refused
+    them beside the mesh's arrays)."""
+    mesh = dropin.mesh(4, "explicit")
+    a = jnp.asarray(dropin.spd(rng, 8, np.float64))
+    b = jnp.asarray(dropin.random(rng, (8,), np.float64))
+    with jax.set_mesh(mesh):
+        grad = jax.grad(lambda a: jnp.sum(api.solve(a, b)))(a)
+        jac = jax.jacrev(api.inv)(a)
+        hess = jax.hessian(lambda a: api.det(a))(a)
+    assert set(grad.sharding.device_set) == set(mesh.devices.flat)
+    dropin.assert_close(grad, jax.grad(lambda a: jnp.sum(jsl.solve(a, b)))(a), np.float64)
+    dropin.assert_close(jac, jax.jacrev(jsl.inv)(a), np.float64)
+    dropin.assert_close(hess, jax.hessian(jsl.det)(a), np.float64)
+
+
 @pytest.mark.parametrize("assume_a", ["pos", "gen"])
 def test_a_scalar_b_beside_a_batch_is_a_value_error(assume_a):
     """As JAX's (it once raised an IndexError), naming b's shape."""

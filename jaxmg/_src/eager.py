@@ -378,7 +378,15 @@ def _onto(x, mesh: Mesh):
     anything else as it is."""
     if isinstance(x, tuple) and not hasattr(x, "_fields"):
         return tuple(_onto(e, mesh) for e in x)
-    return jax.device_put(x, NamedSharding(mesh, P())) if _loose(x) else x
+    if not _loose(x):
+        return x
+    if isinstance(x, jax.core.Tracer):
+        # device_put's transpose would send an eager grad's cotangent back to
+        # the input's one device, committed (then jacrev's next step refuses
+        # it beside the mesh's arrays); reshard's keeps it on the mesh, as
+        # JAX's functions leave it.
+        return jax.sharding.reshard(x, NamedSharding(mesh, P()))
+    return jax.device_put(x, NamedSharding(mesh, P()))
 
 
 def _loose(x) -> bool:
