@@ -203,6 +203,11 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     a = arguments.inexact(a, "a")
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
+        if batching.batched(a):
+            mixed_api.check_batch((a, "a", a.ndim - 2))
+            fn = functools.partial(cho_factor, lower=lower, mesh=mesh, spec=spec,
+                                   on_failure=on_failure, precision=precision)
+            return batching.broadcast_map(fn, (a,), (2,))
         return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
                                 spec=spec, on_failure=on_failure)
     donate = arguments.check_donate(donate, a)
@@ -238,6 +243,10 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: cho_solve(f, r), b, dtype)
     if isinstance(f, mixed_api.MixedFactor):
+        if f.a.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
+            nd = f.a.ndim - 2
+            vector = batching.vector_rhs(b, nd + 2, f.n, "cho_solve")
+            return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
         return mixed_api.solve_with(f, b, kind="spd")[0]
     if isinstance(f, CholeskyFactor):
         if f.factor.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b

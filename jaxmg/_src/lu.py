@@ -106,6 +106,11 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     a = arguments.inexact(a, "a")
     if mixed_api.check_precision(precision):
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
+        if batching.batched(a):
+            mixed_api.check_batch((a, "a", a.ndim - 2))
+            fn = functools.partial(lu_factor, mesh=mesh, spec=spec, on_failure=on_failure,
+                                   precision=precision)
+            return batching.broadcast_map(fn, (a,), (2,))
         return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
     donate = arguments.check_donate(donate, a)
     if batching.batched(a):
@@ -153,6 +158,11 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: lu_solve(f, r, trans), b, dtype)
     if isinstance(f, mixed_api.MixedFactor):
+        if f.a.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
+            nd = f.a.ndim - 2
+            vector = batching.vector_rhs(b, nd + 2, f.n, "lu_solve")
+            fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
+            return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
         return mixed_api.solve_with(f, b, trans, kind="general")[0]
     if isinstance(f, LUFactor):
         if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b

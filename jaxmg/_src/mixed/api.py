@@ -118,6 +118,11 @@ class MixedFactor:
         return self.factor_info
 
     @property
+    def n(self) -> int:
+        """A's order."""
+        return self.a.shape[-1] if self.order is None else self.order
+
+    @property
     def dtype(self):
         """A's dtype (float64 or complex128), which solves promote b to."""
         return self.a.dtype
@@ -212,8 +217,8 @@ def _matrix(a, mesh, spec, triangle: str | None = None):
     arguments.check_rank2(a, "a")  # the messages of precision="highest"
     if a.shape[0] != a.shape[1]:
         raise ValueError(f"jaxmg: a must be square, got shape {tuple(a.shape)}")
-    blk.check_matrix(a)
     blk.check_refinable(a, fix="use precision='highest', or cast it first")
+    blk.check_matrix(a)
     n = a.shape[0]
     rows = _rows(a, mesh, spec) if n else placement.Rows()  # nothing to shard
     if rows.sharded and n % rows.mesh.shape[rows.axis]:

@@ -85,10 +85,11 @@ def check_matrix(a, name: str = "a"):
 def check_refinable(a, name: str = "a", fix: str = "cast it first"):
     """The refined solves take float64 / complex128 matrices: the one
     message, for the public calls and the solvers alike."""
-    if jnp.finfo(a.dtype).bits != 64:
+    dtype = jnp.dtype(a.dtype)
+    if not jnp.issubdtype(dtype, jnp.inexact) or jnp.finfo(dtype).bits != 64:
         raise TypeError(
             f"jaxmg: precision='mixed' refines to float64 accuracy and takes float64 or "
-            f"complex128 matrices; {name} has dtype {jnp.dtype(a.dtype).name} ({fix})"
+            f"complex128 matrices; {name} has dtype {dtype.name} ({fix})"
         )
 
 
