@@ -87,6 +87,14 @@ def _batch_axes_sharded_alike(args, k: int):
     return jax.tree.unflatten(tree, out)
 
 
+def factor_solve_map(solve, f, b, factor_batch_ndim: int, n: int, routine: str):
+    """solve(f, b) over a factor of a batch (factor_batch_ndim leading axes
+    on each of its leaves) and b's batch axes, b read as vectors or (N, K)
+    matrices by jax.scipy's rule (vector_rhs) for an order-n factor."""
+    vector = vector_rhs(b, factor_batch_ndim + 2, n, routine)
+    return batch_map(solve, (f, b), (factor_batch_ndim, b.ndim - (1 if vector else 2)))
+
+
 def batched(a, core_ndim: int = 2) -> bool:
     return getattr(a, "ndim", 0) > core_ndim
 

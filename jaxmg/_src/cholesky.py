@@ -201,20 +201,21 @@ def cho_factor(a, lower=False, overwrite_a=False, check_finite=True, *, tile_siz
     failures.check_on_failure(on_failure)
     lower = arguments.check_flag(lower, "lower")
     a = arguments.inexact(a, "a")
-    if mixed_api.check_precision(precision):
+    mixed = mixed_api.check_precision(precision)
+    if mixed:
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
-        if batching.batched(a):
+    else:
+        donate = arguments.check_donate(donate, a)
+    if batching.batched(a):
+        if mixed:
             mixed_api.check_batch((a, "a", a.ndim - 2))
-            fn = functools.partial(cho_factor, lower=lower, mesh=mesh, spec=spec,
-                                   on_failure=on_failure, precision=precision)
-            return batching.broadcast_map(fn, (a,), (2,))
+        fn = functools.partial(cho_factor, lower=lower, tile_size=tile_size, mesh=mesh,
+                               spec=spec, backend=backend, on_failure=on_failure,
+                               precision=precision)
+        return batching.broadcast_map(fn, (a,), (2,))
+    if mixed:
         return mixed_api.factor("spd", a, triangle="lower" if lower else "upper", mesh=mesh,
                                 spec=spec, on_failure=on_failure)
-    donate = arguments.check_donate(donate, a)
-    if batching.batched(a):
-        fn = functools.partial(cho_factor, lower=lower, tile_size=tile_size, mesh=mesh,
-                               spec=spec, backend=backend, on_failure=on_failure)
-        return batching.broadcast_map(fn, (a,), (2,))
     layout = dispatch.cached_layout(a, "potrs", tile_size, mesh, spec, backend)
     f = factorise(upper_read(a, lower, layout), layout, donate=donate)
     failures.report(f.info, on_failure, failures.NOT_SPD)
@@ -242,17 +243,13 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
         b, dtype = arguments.as_array(b, "b"), f.dtype
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: cho_solve(f, r), b, dtype)
-    if isinstance(f, mixed_api.MixedFactor):
-        if f.a.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
-            nd = f.a.ndim - 2
-            vector = batching.vector_rhs(b, nd + 2, f.n, "cho_solve")
-            return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
-        return mixed_api.solve_with(f, b, kind="spd")[0]
-    if isinstance(f, CholeskyFactor):
-        if f.factor.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
-            nd = f.factor.ndim - 2
-            vector = batching.vector_rhs(b, nd + 2, f.layout.n, "cho_solve")
-            return batching.batch_map(cho_solve, (f, b), (nd, b.ndim - (1 if vector else 2)))
+        mixed = isinstance(f, mixed_api.MixedFactor)
+        nd = (f.a if mixed else f.factor).ndim - 2
+        if nd or b.ndim > 2:  # a factor of a batch, or a batch of b
+            n = f.n if mixed else f.layout.n
+            return batching.factor_solve_map(cho_solve, f, b, nd, n, "cho_solve")
+        if mixed:
+            return mixed_api.solve_with(f, b, kind="spd")[0]
         return _solve_with(f, b, triangle_read=True)
     if not isinstance(f, (tuple, list)) or len(f) != 2:
         raise TypeError(

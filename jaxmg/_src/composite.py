@@ -307,7 +307,8 @@ def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  
     NaN where more than max_squarings squarings would be needed."""
     A = arguments.inexact(A, "A")  # noqa: N806
     if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
-        raise arguments.ShapeError(f"Expected A to be a (batched) square matrix, got A.shape={A.shape}.")
+        raise arguments.ShapeError(
+            f"Expected A to be a (batched) square matrix, got A.shape={A.shape}.")
     upper_triangular = arguments.check_flag(upper_triangular, "upper_triangular")
     max_squarings = operator.index(max_squarings)
     if A.shape[-1] == 0:

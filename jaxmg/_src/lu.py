@@ -104,19 +104,19 @@ def lu_factor(a, overwrite_a=False, check_finite=True, *, tile_size=None, mesh=N
     del overwrite_a, check_finite
     failures.check_on_failure(on_failure)
     a = arguments.inexact(a, "a")
-    if mixed_api.check_precision(precision):
+    mixed = mixed_api.check_precision(precision)
+    if mixed:
         mixed_api.check_options(tile_size=tile_size, backend=backend, donate=donate)
-        if batching.batched(a):
-            mixed_api.check_batch((a, "a", a.ndim - 2))
-            fn = functools.partial(lu_factor, mesh=mesh, spec=spec, on_failure=on_failure,
-                                   precision=precision)
-            return batching.broadcast_map(fn, (a,), (2,))
-        return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
-    donate = arguments.check_donate(donate, a)
+    else:
+        donate = arguments.check_donate(donate, a)
     if batching.batched(a):
+        if mixed:
+            mixed_api.check_batch((a, "a", a.ndim - 2))
         fn = functools.partial(lu_factor, tile_size=tile_size, mesh=mesh, spec=spec,
-                               backend=backend, on_failure=on_failure)
+                               backend=backend, on_failure=on_failure, precision=precision)
         return batching.broadcast_map(fn, (a,), (2,))
+    if mixed:
+        return mixed_api.factor("general", a, mesh=mesh, spec=spec, on_failure=on_failure)
     arguments.check_rank2(a, "a", square=False)
     if a.shape[0] != a.shape[1]:
         return _rectangular_lu_factor(a, placement=_whole_matrix(a, mesh, spec))
@@ -157,19 +157,14 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
         b, dtype = arguments.as_array(b, "b"), f.dtype
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: lu_solve(f, r, trans), b, dtype)
-    if isinstance(f, mixed_api.MixedFactor):
-        if f.a.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
-            nd = f.a.ndim - 2
-            vector = batching.vector_rhs(b, nd + 2, f.n, "lu_solve")
+        mixed = isinstance(f, mixed_api.MixedFactor)
+        nd = (f.a if mixed else f.lu).ndim - 2
+        if nd or b.ndim > 2:  # a factor of a batch, or a batch of b
             fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
-            return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
-        return mixed_api.solve_with(f, b, trans, kind="general")[0]
-    if isinstance(f, LUFactor):
-        if f.lu.ndim > 2 or b.ndim > 2:  # a factor of a batch, or a batch of b
-            nd = f.lu.ndim - 2
-            vector = batching.vector_rhs(b, nd + 2, f.layout.n, "lu_solve")
-            fn = lambda f, b: lu_solve(f, b, trans)  # noqa: E731
-            return batching.batch_map(fn, (f, b), (nd, b.ndim - (1 if vector else 2)))
+            n = f.n if mixed else f.layout.n
+            return batching.factor_solve_map(fn, f, b, nd, n, "lu_solve")
+        if mixed:
+            return mixed_api.solve_with(f, b, trans, kind="general")[0]
         b = operators.as_rhs(onto_mesh(b, f.layout.placement.mesh), f.layout.n)
         return _lu_solve(f, b, trans=trans,
                          b_sharded=operators.is_row_sharded(b, f.layout.placement))

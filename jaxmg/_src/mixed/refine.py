@@ -36,10 +36,10 @@ classic refinement hands the column to GMRES-IR, as it does a column whose
 classic rate would not reach the bound within the budget (GMRES-IR
 converges faster). Once every column being refined is within the bound, a
 GMRES cycle takes one step: that shows whether berr still falls, where a
-whole cycle at the floor would be lost. A column that stops above
-the bound, or is still improving when the budget of low-precision solves
-runs out (unless already at the floor, a rounding of 1), fails and goes to the caller's
-float64 fallback; so does, at once, a column whose last GMRES-IR step
+whole cycle at the floor would be lost. A column that stops above the
+bound, or is still improving when the budget of low-precision solves runs
+out (unless already at the floor, a rounding of 1), fails and goes to the
+caller's float64 fallback; so does, at once, a column whose last GMRES-IR step
 forecasts (at that step's rate) more solves to the bound than the budget has
 left, or whose classic step does under method "ir". The
 budget, 30 solves: on one H200 the float64 fallback costs about as much as
@@ -301,8 +301,8 @@ def last_step_left_x_exact(change, previous, eps):
 def _out_of_reach(within, gain, used, tol, left):
     """Per column: at the rate of the last step (berr fell by `gain` in
     `used` solves), bringing the rounding `within` to the tolerance takes
-    more solves than the `left` in the budget. Such a column would fail at the budget's end; stopping it
-    now brings its float64 fallback sooner. A wrong forecast costs time, not
+    more solves than the `left` in the budget. Such a column would fail at
+    the budget's end; stopping it now brings its float64 fallback sooner. A wrong forecast costs time, not
     accuracy: the column is then solved in float64."""
     improving = (gain > 0) & (gain < 1) & (within > tol) & jnp.isfinite(within)
     safe_gain = jnp.where(improving, gain, 0.5)
