@@ -455,8 +455,9 @@ def test_wrong_forms_are_refused_as_highest_refuses_them(rng):
         lu_, piv = jaxmg.lu_factor(a, precision="mixed")
     with pytest.raises(TypeError, match=r"cho_logdet needs a float64 factor.*precision='highest'"):
         jaxmg.cho_logdet(jaxmg.cho_factor(a, precision="mixed"))
-    with pytest.raises(ValueError, match=r"jaxmg: a must be square, got shape \(8, 6\)"):
-        jaxmg.potrs(a[:, :6], np.ones(8), precision="mixed")
+    for error in (ValueError, TypeError):  # as precision="highest" refuses it
+        with pytest.raises(error, match=r"jaxmg: a must be square, got shape \(8, 6\)"):
+            jaxmg.potrs(a[:, :6], np.ones(8), precision="mixed")
 
 
 def test_an_order_the_devices_do_not_divide_is_solved_on_the_mesh(rng):

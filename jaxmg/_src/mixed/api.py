@@ -216,7 +216,7 @@ def _matrix(a, mesh, spec, triangle: str | None = None):
     a = arguments.as_array(a, "a")
     arguments.check_rank2(a, "a")  # the messages of precision="highest"
     if a.shape[0] != a.shape[1]:
-        raise ValueError(f"jaxmg: a must be square, got shape {tuple(a.shape)}")
+        raise arguments.ShapeError(f"jaxmg: a must be square, got shape {tuple(a.shape)}")
     blk.check_refinable(a, fix="use precision='highest', or cast it first")
     blk.check_matrix(a)
     n = a.shape[0]
