@@ -101,3 +101,64 @@ def test_a_serialized_function_runs_in_a_fresh_process(rng, tmp_path):
         env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "same results" in run.stdout
+
+
+# A symbolic matrix order, as jax.export's shape polymorphism gives it: on one
+# device JAX's solver runs, which takes it, so the exported function gives
+# JAX's results for every order it is called with.
+SYMBOLIC = {
+    "solve": (lambda m: m.numpy.linalg.solve, lambda f, a: f(a, a[..., :1])),
+    "inv": (lambda m: m.numpy.linalg.inv, lambda f, a: f(a)),
+    "det": (lambda m: m.numpy.linalg.det, lambda f, a: f(a)),
+    "slogdet": (lambda m: m.numpy.linalg.slogdet, lambda f, a: f(a)[1]),
+    "cholesky": (lambda m: m.numpy.linalg.cholesky, lambda f, a: f(a)),
+    "eigh": (lambda m: m.numpy.linalg.eigh, lambda f, a: f(a)[0]),
+    "eigvalsh": (lambda m: m.numpy.linalg.eigvalsh, lambda f, a: f(a)),
+    "pinv": (lambda m: m.numpy.linalg.pinv, lambda f, a: f(a)),
+    "matrix_power": (lambda m: m.numpy.linalg.matrix_power, lambda f, a: f(a, 3)),
+    "cho_solve": (lambda m: m.scipy.linalg, lambda s, a: s.cho_solve(s.cho_factor(a), a)),
+    "lu_solve": (lambda m: m.scipy.linalg, lambda s, a: s.lu_solve(s.lu_factor(a), a)),
+    "expm": (lambda m: m.scipy.linalg.expm, lambda f, a: f(a)),
+    "solve_triangular": (lambda m: m.scipy.linalg.solve_triangular, lambda f, a: f(a, a)),
+    "qr": (lambda m: m.numpy.linalg.qr, lambda f, a: f(a)[1]),
+    "grad-slogdet": (lambda m: m.numpy.linalg.slogdet,
+                     lambda f, a: jax.grad(lambda x: f(x)[1].sum())(a)),
+}
+
+
+@pytest.mark.parametrize("shape", ["n, n", "b, n, n"])
+@pytest.mark.parametrize("name", list(SYMBOLIC))
+def test_a_symbolic_matrix_order_exports_and_gives_jaxs_results(rng, name, shape):
+    import jax.numpy  # noqa: F401  (jax.numpy.linalg and jax.scipy.linalg as the reference)
+    import jax.scipy.linalg  # noqa: F401
+    import jaxmg.numpy  # noqa: F401
+    import jaxmg.scipy.linalg  # noqa: F401
+    pick, call = SYMBOLIC[name]
+    ours, theirs = pick(jaxmg), pick(jax)
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape(shape), np.float64)
+    exported = jax.export.export(jax.jit(lambda a: call(ours, a)),
+                                 disabled_checks=jaxmg.export_setup())(spec)
+    for n in (3, 6):
+        a = helpers.spd(rng, n, np.float64, 10.0)
+        if shape.startswith("b"):
+            a = np.stack([a, a + np.eye(n)])
+        np.testing.assert_allclose(np.asarray(exported.call(a)), np.asarray(call(theirs, a)),
+                                   rtol=1e-10, atol=1e-12)
+
+
+def test_a_symbolic_order_spread_over_devices_is_refused_naming_the_fix():
+    mesh = helpers.mesh(4)
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("4*k, 4*k"), np.float64,
+                                sharding=NamedSharding(mesh, P("x", None)))
+    for f in (jaxmg.inv, lambda a: jaxmg.solve(a, a), lambda a: jaxmg.qr(a)[1]):
+        with jax.set_mesh(mesh), pytest.raises(
+                ValueError, match=r"symbolic dimension 4\*k.*export with a concrete matrix shape"):
+            jax.export.export(jax.jit(f), disabled_checks=jaxmg.export_setup())(spec)
+
+
+def test_mixed_precision_refuses_a_symbolic_order_naming_the_fix():
+    spec = jax.ShapeDtypeStruct(jax.export.symbolic_shape("n, n"), np.float64)
+    with pytest.raises(ValueError, match="precision='mixed' needs a concrete matrix order.*"
+                                         "precision='highest'"):
+        jax.export.export(jax.jit(lambda a: jaxmg.solve(a, a, precision="mixed")),
+                          disabled_checks=jaxmg.export_setup())(spec)

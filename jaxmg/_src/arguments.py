@@ -36,6 +36,11 @@ def check_square_matrices(a, routine: str, name: str = "a") -> None:
         )
 
 
+def is_symbolic(dim) -> bool:
+    """Whether an array dimension is a jax.export symbolic one."""
+    return not isinstance(dim, (int, np.integer))
+
+
 def shard_map_hint() -> str:
     """What a refusal of a non-square matrix adds inside shard_map, where a
     device's block of rows is the likely cause."""

@@ -62,7 +62,9 @@ def check_square(a, placement: Placement, name: str = "a") -> int:
     elif rows != cols:
         raise arguments.ShapeError(f"jaxmg: {name} must be square, got shape {tuple(a.shape)} "
                                    f"(it must have shape [..., n, n]){arguments.shard_map_hint()}")
-    return int(cols)
+    # A symbolic order (jax.export) reaches here only on one device
+    # (resolve_placement), where JAX's solver runs and takes it.
+    return cols if arguments.is_symbolic(cols) else int(cols)
 
 
 def _rows_axis(spec, name: str):
@@ -242,7 +244,15 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
         return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
-    return _placement(a, sharding_of(a), abstract, mesh, spec, name)
+    placement = _placement(a, sharding_of(a), abstract, mesh, spec, name)
+    symbolic = [d for d in a.shape[-2:] if arguments.is_symbolic(d)]
+    if placement.placed and symbolic:
+        raise ValueError(
+            f"jaxmg: {name} has the symbolic dimension {symbolic[0]} (jax.export), but it is "
+            "spread over devices, whose engines need its matrices' concrete shape; export with a "
+            "concrete matrix shape (a symbolic batch dimension works), or with the matrix on one "
+            "device")
+    return placement
 
 
 def rows_over_all(mesh):

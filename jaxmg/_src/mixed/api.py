@@ -220,6 +220,10 @@ def _matrix(a, mesh, spec, triangle: str | None = None):
     blk.check_refinable(a, fix="use precision='highest', or cast it first")
     blk.check_matrix(a)
     n = a.shape[0]
+    if arguments.is_symbolic(n):
+        raise ValueError(f"jaxmg: precision='mixed' needs a concrete matrix order, got the symbolic "
+                         f"{n} (jax.export); export with a concrete order (a symbolic batch "
+                         "dimension works), or use precision='highest'")
     rows = _rows(a, mesh, spec) if n else placement.Rows()  # nothing to shard
     if rows.sharded and n % rows.mesh.shape[rows.axis]:
         a = _padded(a, -n % rows.mesh.shape[rows.axis], triangle)
