@@ -3,6 +3,11 @@ inside their own shard_map with local blocks, on Auto-axes meshes, with NumPy
 inputs, single-device arrays, and with and without donating a."""
 
 import functools
+import os
+import pickle
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -595,6 +600,111 @@ def test_a_factor_and_a_right_hand_side_on_other_devices_are_named(rng):
     # uncommitted, b goes where the factor is
     x = jaxmg.cho_solve(factor, jnp.asarray(helpers.random_matrix(rng, 8, DTYPE, 1)))
     assert np.all(np.isfinite(np.asarray(x)))
+
+
+# A factor whose arrays left its devices (jax.device_get, pickling, a
+# checkpoint's tree_map to NumPy) is put back on them by its solves, as jit
+# puts NumPy operands on their devices; pickled, it names its devices by id.
+FACTORS = {
+    "cho": (jaxmg.cho_factor, jaxmg.cho_solve),
+    "lu": (jaxmg.lu_factor, jaxmg.lu_solve),
+    "cho-mixed": (functools.partial(jaxmg.cho_factor, precision="mixed"), jaxmg.cho_solve),
+    "lu-mixed": (functools.partial(jaxmg.lu_factor, precision="mixed"), jaxmg.lu_solve),
+}
+MOVES = {
+    "device_get": jax.device_get,
+    "tree_map-numpy": lambda f: jax.tree.map(np.asarray, f),
+    "pickle-host": lambda f: pickle.loads(pickle.dumps(jax.device_get(f))),
+    "pickle": lambda f: pickle.loads(pickle.dumps(f)),
+}
+
+
+def placed(x, where):
+    if where == "rows":
+        return helpers.rows(x, helpers.mesh(4))
+    if where == "2-D blocks":
+        mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(8)[4:])
+        return jax.device_put(x, NamedSharding(mesh, P("r", "c")))
+    if where == "replicated":
+        return jax.device_put(x, NamedSharding(helpers.mesh(4), P()))
+    return jnp.asarray(x)
+
+
+@pytest.mark.parametrize("move", list(MOVES))
+@pytest.mark.parametrize("where", ["rows", "2-D blocks", "replicated", "one device"])
+@pytest.mark.parametrize("routine", list(FACTORS))
+def test_a_factor_off_its_devices_solves_as_before(rng, routine, where, move):
+    if routine.endswith("mixed") and where in ("rows", "2-D blocks"):
+        pytest.skip("a row-sharded mixed factor's mesh is abstract: "
+                    "test_a_row_sharded_mixed_factor_off_its_devices_is_refused")
+    factor, solve = FACTORS[routine]
+    a = helpers.spd(rng, 8, np.float64, CONDITION)
+    b = rng.standard_normal(8)
+    f = factor(placed(a, where))
+    moved = MOVES[move](f)
+    assert type(moved) is type(f)
+    np.testing.assert_allclose(np.asarray(solve(moved, b)), np.asarray(solve(f, b)),
+                               rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(np.asarray(jax.jit(lambda b: solve(moved, b))(b)),
+                               np.linalg.solve(a, b), rtol=1e-10)
+    if not routine.endswith("mixed"):  # it unpacks as JAX's pair, as before
+        for x, y in zip(moved, f):
+            np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=1e-13, atol=1e-13)
+
+
+def test_a_batch_of_factors_off_its_devices_solves(rng):
+    a = np.stack([helpers.spd(rng, 8, np.float64, CONDITION) for _ in range(3)])
+    b = rng.standard_normal((3, 8))
+    f = jax.device_get(jax.vmap(jaxmg.cho_factor)(jnp.asarray(a)))
+    np.testing.assert_allclose(np.asarray(jaxmg.cho_solve(f, b)),
+                               np.linalg.solve(a, b[..., None])[..., 0], rtol=1e-10)
+    assert np.isclose(float(jaxmg.cho_logdet(jax.device_get(jaxmg.cho_factor(
+        helpers.rows(a[0], helpers.mesh(4)))))), np.linalg.slogdet(a[0])[1])
+
+
+def test_a_row_sharded_mixed_factor_off_its_devices_is_refused(rng):
+    a = helpers.rows(helpers.spd(rng, 8, np.float64, CONDITION), helpers.mesh(4))
+    f = jax.device_get(jaxmg.cho_factor(a, precision="mixed"))
+    with pytest.raises(ValueError, match="precision='mixed' factor's arrays are no longer on "
+                                         "the devices.*keep it on its devices"):
+        jaxmg.cho_solve(f, np.ones(8))
+
+
+LOAD_FACTOR = """
+import pickle, sys
+import jax, numpy as np
+jax.config.update("jax_enable_x64", True)
+import jaxmg
+try:
+    f = pickle.load(open(sys.argv[1], "rb"))
+    x = jaxmg.cho_solve(f, np.load(sys.argv[2]))
+    np.testing.assert_allclose(np.asarray(x), np.load(sys.argv[3]), rtol=1e-13)
+    print("same solution on", sorted(d.id for d in x.sharding.device_set))
+except ValueError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.parametrize("devices", [8, 2])
+def test_a_pickled_factor_loads_in_a_process_with_its_devices(rng, tmp_path, devices):
+    mesh = jax.make_mesh((4,), ("x",), devices=helpers.devices(8)[4:])
+    a = jax.device_put(helpers.spd(rng, 8, np.float64, CONDITION), NamedSharding(mesh, P("x")))
+    b = rng.standard_normal(8)
+    f = jaxmg.cho_factor(a)
+    (tmp_path / "f.pkl").write_bytes(pickle.dumps(f))
+    np.save(tmp_path / "b.npy", b)
+    np.save(tmp_path / "x.npy", np.asarray(jaxmg.cho_solve(f, b)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}")
+    run = subprocess.run([sys.executable, "-c", LOAD_FACTOR, *(str(tmp_path / name) for name in
+                                                               ("f.pkl", "b.npy", "x.npy"))],
+                         env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    if devices == 8:
+        assert "same solution on [4, 5, 6, 7]" in run.stdout
+    else:
+        assert "refused: jaxmg: this factor was made on cpu devices [4, 5, 6, 7], and this " \
+               "process has no device 4" in run.stdout, run.stdout
 
 
 # ---- Donation ----------------------------------------------------------------

@@ -31,7 +31,8 @@ from jaxmg._src import (
 from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import BATCH_ELEMENT, check_square, eager_key, resolve_placement
+from jaxmg._src.placement import (BATCH_ELEMENT, back_on_devices, check_square, eager_key,
+                                  off_devices, resolve_placement)
 
 
 @functools.partial(
@@ -66,7 +67,17 @@ class CholeskyFactor:
         """A's dtype, which solves promote b to (as jax.scipy's c)."""
         return self.factor.dtype
 
+    def on_devices(self) -> "CholeskyFactor":
+        """This factor, its arrays back on its devices if they left them."""
+        if not off_devices(self.factor, self.layout.placement):
+            return self
+        put = lambda x, rows: back_on_devices(x, self.layout.placement, rows)  # noqa: E731
+        rows = self.factor.ndim - 2
+        return dataclasses.replace(self, factor=put(self.factor, rows), a=put(self.a, rows),
+                                   info=put(self.info, None))
+
     def __iter__(self):
+        self = self.on_devices()
         if self.a is None:  # donated: no derivatives
             convert = triangular_factor
         else:
@@ -240,6 +251,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     del overwrite_b, check_finite
     f = c_and_lower
     if isinstance(f, (mixed_api.MixedFactor, CholeskyFactor)):
+        f = f.on_devices()
         b, dtype = arguments.as_array(b, "b"), f.dtype
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: cho_solve(f, r), b, dtype)
@@ -405,6 +417,7 @@ def cho_logdet(c_and_a: CholeskyFactor):
             "for the log det; the mixed factor still solves (cho_solve)")
     if not isinstance(f, CholeskyFactor):
         raise TypeError("jaxmg.cho_logdet takes the CholeskyFactor that jaxmg.cho_factor returns")
+    f = f.on_devices()
     if f.factor.ndim > 2:  # the factor of a batch: one log det per matrix
         return batching.batch_map(cho_logdet, (f,), (f.factor.ndim - 2,))
     plain = _no_grad_factor(f)

@@ -30,7 +30,8 @@ from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import resolve_placement, whole_on_its_devices
+from jaxmg._src.placement import (back_on_devices, off_devices, resolve_placement,
+                                  whole_on_its_devices)
 
 
 @functools.partial(
@@ -63,10 +64,20 @@ class LUFactor:
         """A's dtype, which solves promote b to (as jax.scipy's lu)."""
         return self.lu.dtype
 
+    def on_devices(self) -> "LUFactor":
+        """This factor, its arrays back on its devices if they left them."""
+        if not off_devices(self.lu, self.layout.placement):
+            return self
+        put = lambda x, rows: back_on_devices(x, self.layout.placement, rows)  # noqa: E731
+        rows = self.lu.ndim - 2
+        return dataclasses.replace(self, lu=put(self.lu, rows), piv=put(self.piv, rows),
+                                   a=put(self.a, rows), info=put(self.info, None))
+
     def __iter__(self):
         """Unpacks as jax.scipy's ``(lu, piv)``: P A = L U with L (unit
         diagonal) and U in one (N, N) matrix, rows sharded, and the 0-based
         row interchanges."""
+        self = self.on_devices()
         if self.a is None:  # donated: no derivatives
             convert = lambda a, lu_, piv: _matrices(lu_, piv, layout=self.layout)  # noqa: E731
         else:
@@ -154,6 +165,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     f = lu_and_piv
     trans = check_trans(trans)
     if isinstance(f, (mixed_api.MixedFactor, LUFactor)):
+        f = f.on_devices()
         b, dtype = arguments.as_array(b, "b"), f.dtype
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: lu_solve(f, r, trans), b, dtype)

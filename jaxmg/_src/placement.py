@@ -41,6 +41,57 @@ class Placement:
     def placed(self) -> bool:
         return self.mesh is not None
 
+    def __reduce__(self):
+        """Pickles a concrete mesh by its devices' ids (devices themselves do
+        not pickle): a factor loaded in a process with those devices solves."""
+        mesh = self.mesh
+        if not isinstance(mesh, Mesh):
+            return (Placement, (mesh, self.axis, self.manual))
+        ids = np.vectorize(lambda d: d.id, otypes=[int])(mesh.devices)
+        platform = mesh.devices.flat[0].platform
+        return (_placement_from, ((platform, ids, mesh.axis_names, mesh.axis_types),
+                                  self.axis, self.manual))
+
+
+def off_devices(x, placement: Placement) -> bool:
+    """Whether a factor's array left the devices it was made on: a host
+    array (jax.device_get), or a device array elsewhere (one unpickled)."""
+    if x is None or isinstance(x, jax.core.Tracer) or not isinstance(placement.mesh, Mesh):
+        return False
+    if not isinstance(x, jax.Array):
+        return True
+    return x.sharding.device_set != set(placement.mesh.devices.flat)
+
+
+def back_on_devices(x, placement: Placement, row_dim: int | None):
+    """A factor's array where its solves run: one that left its devices
+    (off_devices) is put back, its rows (axis `row_dim`; None: replicated)
+    sharded over the mesh as when it was made."""
+    if not off_devices(x, placement):
+        return x
+    spec = [None] * np.ndim(x)
+    if row_dim is not None and placement.n_devices > 1:
+        spec[row_dim] = placement.axis
+    return jax.device_put(x, NamedSharding(placement.mesh, P(*spec)))
+
+
+def _devices_by_id(platform: str, ids):
+    """The devices a pickled mesh named, in this process."""
+    known = {d.id: d for d in jax.devices(platform)}
+    missing = sorted(set(int(i) for i in np.ravel(ids)) - set(known))
+    if missing:
+        raise ValueError(
+            f"jaxmg: this factor was made on {platform} devices {sorted(np.ravel(ids).tolist())}, "
+            f"and this process has no device {missing[0]}; solve it where it was made, or "
+            "factor the matrix again here")
+    return np.vectorize(known.__getitem__, otypes=[object])(np.asarray(ids))
+
+
+def _placement_from(mesh, axis, manual):
+    platform, ids, axis_names, axis_types = mesh
+    return Placement(Mesh(_devices_by_id(platform, ids), axis_names, axis_types=axis_types),
+                     axis, manual)
+
 
 UNPLACED = Placement(None, "rows", manual=False)
 # An element of a batch sharded over devices along its batch axis (under

@@ -118,6 +118,23 @@ class Engine:
     def __repr__(self):
         return f"<jaxmg engine {self.name}>"
 
+    def __reduce__(self):
+        return (engine_named, (self.name,))
+
+
+# Each engine's one instance by name: a pickled layout loads with the same
+# object, which jit's cache and the dispatch compare by identity.
+_ENGINES: dict[str, "Engine"] = {}
+
+
+def registered(engine: "Engine") -> "Engine":
+    _ENGINES[engine.name] = engine
+    return engine
+
+
+def engine_named(name: str) -> "Engine":
+    return _ENGINES[name]
+
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
@@ -131,6 +148,9 @@ class Layout:
     @property
     def row_spec(self):
         return P(self.placement.axis, None)
+
+    def __reduce__(self):
+        return (layout, (self.placement, self.n, self.tile, self.engine))
 
 
 @functools.lru_cache(maxsize=1024)

@@ -331,4 +331,4 @@ class Mg(base.Engine):
         return w, (failures.nan_where_failed(vh, info[0]) if vectors else None), info[0]
 
 
-ENGINE = Mg()
+ENGINE = base.registered(Mg())

@@ -524,4 +524,4 @@ class Mp(base.Engine):
         return qr(a, placement)
 
 
-ENGINE = Mp()
+ENGINE = base.registered(Mp())

@@ -117,6 +117,20 @@ class MixedFactor:
     def info(self):
         return self.factor_info
 
+    def on_devices(self) -> "MixedFactor":
+        """This factor, refused with the fix where its arrays left the
+        devices its rows are sharded over (jax.device_get, pickling): its
+        mesh is abstract, so it cannot name the devices to put them back on."""
+        size = self.rows.mesh.size if self.rows.sharded else None
+        moved = lambda x: not isinstance(x, jax.Array) or (  # noqa: E731
+            not isinstance(x, jax.core.Tracer) and len(x.sharding.device_set) != size)
+        if self.rows.sharded and any(moved(x) for x in jax.tree.leaves(self)):
+            raise ValueError(
+                "jaxmg: this precision='mixed' factor's arrays are no longer on the devices its "
+                "rows are sharded over (jax.device_get or pickling); keep it on its devices, or "
+                "factor the matrix again")
+        return self
+
     @property
     def n(self) -> int:
         """A's order."""
