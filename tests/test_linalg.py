@@ -7,7 +7,10 @@ layout); slogdet's sign for negative and complex determinants; factor reuse
 (one factorisation, several solves; the factor is a pytree that crosses
 jax.jit); on_failure = "nan" / "raise" / "checkify"; argument errors."""
 
+import os
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -441,6 +444,62 @@ def test_on_failure_raise_under_jit(rng, call):
         np.asarray(run(helpers.rows(bad, mesh), b))
     good = helpers.spd(rng, n, dtype, CONDITION)
     assert helpers.residual(good, run(helpers.rows(good, mesh), b), np.ones(n)) <= tol(dtype, n)
+
+
+RAISE_THEN_COLLECTIVE = """
+import jax, jax.numpy as jnp, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+import jaxmg
+n = 16
+mesh = jax.make_mesh((8,), ("x",))
+good = np.eye(n) * 2.0
+bad = good.copy()
+bad[3, 3] = -1.0
+calls = {
+    "inv-pos": lambda a: jaxmg.inv(a, assume_a="pos", on_failure="raise"),
+    "inv-gen": lambda a: jaxmg.inv(a * (a > 0), on_failure="raise"),
+    "solve-pos": lambda a: jaxmg.solve(a, jnp.ones(n), assume_a="pos", on_failure="raise"),
+    "lu_factor": lambda a: jaxmg.lu_factor(a * (a > 0), on_failure="raise")[0],
+    "cho_factor": lambda a: jaxmg.cho_factor(a, on_failure="raise")[0],
+}
+for name, call in calls.items():
+    run = jax.jit(lambda a: jnp.sum(call(a)))  # a collective after the failed call
+    try:
+        run(jax.device_put(bad, NamedSharding(mesh, P("x", None)))).block_until_ready()
+        print(name, "did not raise")
+    except Exception as e:
+        print(name, "raised:", str(e).splitlines()[-1])
+    print(name, "then", float(run(jax.device_put(good, NamedSharding(mesh, P("x", None))))))
+"""
+
+
+def test_on_failure_raise_under_jit_with_a_collective_after_it_raises_on_every_device():
+    """Every device stops at the failed call's check: raised on one device
+    only, the others waited in the next collective until XLA aborted the
+    process (hence a process of its own here)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu",
+               XLA_FLAGS="--xla_force_host_platform_device_count=8", JAXMG_TIMEOUT_S="60")
+    run = subprocess.run([sys.executable, "-c", RAISE_THEN_COLLECTIVE], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    for name in ("inv-pos", "inv-gen", "solve-pos", "lu_factor", "cho_factor"):
+        assert re.search(rf"{name} raised:.*(not positive definite|singular)", run.stdout), \
+            run.stdout
+        then = re.search(rf"{name} then (\S+)", run.stdout)
+        assert then and np.isfinite(float(then.group(1))), run.stdout
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+def test_on_failure_checkify_of_a_general_inverse_on_every_device(rng, jit):
+    """inv checks after its solves: a check followed by a shard_map gives an
+    error that JAX's checkify cannot read on Explicit mesh axes."""
+    mesh, n = helpers.mesh(8), 16
+    checked = checkify.checkify(lambda a: jaxmg.inv(a, on_failure="checkify"))
+    checked = jax.jit(checked) if jit else checked
+    err, _ = checked(helpers.rows(singular(n, np.float64), mesh))
+    assert "singular" in err.get()
+    err, out = checked(helpers.rows(helpers.spd(rng, n, np.float64, CONDITION), mesh))
+    assert err.get() is None and np.isfinite(np.asarray(out)).all()
 
 
 @pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])

@@ -62,7 +62,8 @@ def report(info, on_failure: str, message: str):
         checkify.check(info == 0, message + " (info={info})", info=info)
         return
     if isinstance(info, jax.core.Tracer):
-        jax.debug.callback(functools.partial(_raise_if_failed, message=message), info)
+        jax.debug.callback(functools.partial(_raise_if_failed, message=message), info,
+                           partitioned=True)
     else:
         _raise_if_failed(info, message)
 
