@@ -763,6 +763,20 @@ def test_donate_consumes_a(rng, routine, tile):
     assert not b_dev.is_deleted()
 
 
+def test_an_array_donated_then_passed_in_jaxmgs_positional_form_is_named(rng):
+    """potrs(a, b, T_A, mesh, in_specs) binds no signature of jaxmg's; its
+    arguments are still checked (a deleted buffer reached the program and
+    crashed the process)."""
+    mesh = helpers.mesh(8)
+    a = helpers.rows(helpers.spd(rng, 16, np.float64, CONDITION), mesh)
+    b = np.ones((16, 2))
+    jaxmg.potrs(a, b, 2, mesh, P("x", None), donate=True)
+    assert a.is_deleted()
+    for donate in (False, True):
+        with pytest.raises(ValueError, match="a was deleted: an earlier call with donate=True"):
+            jaxmg.potrs(a, b, 2, mesh, P("x", None), donate=donate)
+
+
 def test_donate_refuses_b_that_is_a_and_a_differentiated_a(rng):
     """donate=True gives a's buffer away: b may not be a itself (XLA would
     read a buffer it gave the result), and a may not be differentiated (its

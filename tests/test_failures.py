@@ -312,3 +312,33 @@ class TestBadRightHandSide:
             TypeError, match=rf"b has dtype {np.dtype(dtype).name} but a has float64"
         ):
             jaxmg.potrs(a8, np.ones(8, dtype))
+
+
+def test_a_wrong_keyword_names_the_routine():
+    with pytest.raises(TypeError, match=r"jaxmg.inv\(\) got an unexpected keyword argument "
+                                        "'precision'"):
+        jaxmg.inv(np.eye(4), precision="mixed")
+    with pytest.raises(TypeError, match=r"jaxmg.slogdet\(\) got an unexpected keyword"):
+        jaxmg.slogdet(np.eye(4), on_failure="raise")
+
+
+@pytest.mark.parametrize("routine", ["pinv", "matrix_rank"])
+def test_a_routine_built_on_the_svd_names_itself_when_refusing_a_backend(routine):
+    with pytest.raises(ValueError, match=rf"jaxmg: {routine} takes backend in .*got 'jaxmg'"):
+        getattr(jaxmg, routine)(np.eye(4), backend="jaxmg")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(eps="x"), "polar's eps must be a number in \\(0, 1\\) or None, got 'x'"),
+    (dict(eps=-1.0), "polar's eps must be a number"),
+    (dict(max_iterations=0), "polar's max_iterations must be a positive int or None, got 0"),
+    (dict(max_iterations=2.5), "polar's max_iterations must be a positive int"),
+])
+def test_polar_refuses_qdwh_options_out_of_range(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        jaxmg.polar(np.eye(4) + 0.1, **kwargs)
+
+
+def test_polar_refuses_an_integer_matrix_as_jax_does():
+    with pytest.raises(ValueError, match="polar takes a floating or complex matrix, got int32"):
+        jaxmg.polar(np.eye(4, dtype=np.int32))

@@ -320,6 +320,27 @@ def test_mesh_and_spec_place_the_rows(rng, spec):
     close(jaxmg.potrs(a, b, mesh=mesh, spec=spec, precision="mixed"), a, b)
 
 
+@pytest.mark.parametrize("call", ["solve-pos", "solve-gen", "cho_factor", "lu_factor"])
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(mesh="x"), TypeError, "mesh must be a jax.sharding.Mesh, got str"),
+    (dict(spec=P("y", None)), ValueError, "spec names axis 'y', not in the mesh axes"),
+    (dict(spec="x"), TypeError, "spec must be a jax.sharding.PartitionSpec"),
+    (dict(mesh="4 devices"), ValueError, r"a lives on devices \[0, 1, 2, 3, 4, 5, 6, 7\] but "
+                                         r"mesh= has devices \[0, 1, 2, 3\]"),
+], ids=["mesh-str", "spec-axis", "spec-str", "mesh-other-devices"])
+def test_mesh_and_spec_are_checked_as_at_highest_precision(rng, call, kwargs, error, match):
+    a = helpers.rows(spd(rng, n=16), helpers.mesh(8))
+    if kwargs.get("mesh") == "4 devices":
+        kwargs = dict(mesh=helpers.mesh(4))
+    fn = {"solve-pos": lambda **kw: jaxmg.solve(a, np.ones(16), assume_a="pos", **kw),
+          "solve-gen": lambda **kw: jaxmg.solve(a, np.ones(16), **kw),
+          "cho_factor": lambda **kw: jaxmg.cho_factor(a, **kw),
+          "lu_factor": lambda **kw: jaxmg.lu_factor(a, **kw)}[call]
+    for precision in ("highest", "mixed"):
+        with pytest.raises(error, match=match):
+            fn(precision=precision, **kwargs)
+
+
 def test_a_spec_over_two_axes_is_refused(rng):
     mesh = jax.make_mesh((1, 2), ("r", "c"), devices=helpers.devices(2))
     with pytest.raises(ValueError, match=r"takes rows sharded over one mesh axis"):

@@ -18,7 +18,7 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import arguments, batching, failures, linalg, polar, sharding, triangular
+from jaxmg._src import arguments, batching, dispatch, failures, linalg, polar, sharding, triangular
 from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.placement import axis_names, explicit_spec
 from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
@@ -43,6 +43,7 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None, mesh=None, spec=None, bac
             raise ValueError("pinv: only one of rtol and rcond may be specified.")
         rtol = rcond
     hermitian = arguments.check_flag(hermitian, "hermitian")
+    dispatch.check_rectangular_backend(backend, "pinv")
     a = arguments.inexact(a, "a")
     if a.ndim < 2:
         raise arguments.ShapeError(f"jaxmg: pinv takes a matrix (..., M, N), got shape {a.shape}")
@@ -102,6 +103,7 @@ def matrix_rank(M, rtol=None, *, hermitian=False, tol=None, mesh=None, spec=None
             raise ValueError("matrix_rank: only one of tol or rtol may be specified.")
         rtol = tol
     hermitian = arguments.check_flag(hermitian, "hermitian")
+    dispatch.check_rectangular_backend(backend, "matrix_rank")
     M = arguments.inexact(M, "M")  # noqa: N806
     if M.ndim < 2:
         return jnp.any(M != 0).astype(np.int32)

@@ -169,11 +169,16 @@ def _check_batch_element(placement: Placement, backend: str) -> None:
         )
 
 
+def check_rectangular_backend(backend, what: str) -> None:
+    """The backends of the routines built on an SVD or QR (no cuSOLVERMg one)."""
+    if backend not in RECTANGULAR_BACKENDS:
+        raise ValueError(f"jaxmg: {what} takes backend in {RECTANGULAR_BACKENDS}, got {backend!r}")
+
+
 def choose_rectangular(placement: Placement, backend: str, what: str) -> base.Engine:
     """The engine of lstsq, qr, svd and polar: cuSOLVERMp on a mesh of several
     GPUs, JAX's solvers on the whole matrix otherwise."""
-    if backend not in RECTANGULAR_BACKENDS:
-        raise ValueError(f"jaxmg: {what} takes backend in {RECTANGULAR_BACKENDS}, got {backend!r}")
+    check_rectangular_backend(backend, what)
     if not placement.placed:
         _check_batch_element(placement, backend)
         if backend == "mp":

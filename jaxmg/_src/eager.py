@@ -137,12 +137,18 @@ def onto_mesh(x, mesh, spec=None):
 
 
 def _bound(signature, args, kwargs) -> dict:
-    """The call's arguments by name; none where they do not bind (the
-    routine then names the wrong call itself)."""
+    """The call's arguments by name. Where they do not bind (JAXMg's
+    positional forms, such as potrs(a, b, T_A, mesh, in_specs), which the
+    routine takes itself), the leading ones by the names of its positional
+    parameters and the rest by position, so that they are still checked."""
     try:
         return signature.bind(*args, **kwargs).arguments
     except TypeError:
-        return {}
+        names = [p.name for p in signature.parameters.values()
+                 if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        named = {names[i] if i < len(names) else f"argument {i + 1}": x
+                 for i, x in enumerate(args)}
+        return {**named, **kwargs}
 
 
 def _name_the_deleted(signature, args, kwargs):
@@ -281,7 +287,10 @@ def one_program(*static_argnames, when=None):
 
         @functools.wraps(routine)
         def call(*args, **kwargs):
-            bound = signature.bind(*args, **kwargs)
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as e:  # named as Python names a plain function's wrong call
+                raise TypeError(f"jaxmg.{routine.__name__}() {e}") from None
             bound.apply_defaults()
             named = bound.arguments
             first = next(iter(named))

@@ -165,7 +165,11 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
     if method not in POLAR_METHODS:
         raise ValueError(f"jaxmg: polar takes method in {POLAR_METHODS}, got {method!r}")
     return_info = arguments.check_flag(return_info, "return_info")
-    a = arguments.inexact(a, "a")
+    _check_qdwh_options(eps, max_iterations)
+    a = arguments.as_array(a, "a")
+    if not jnp.issubdtype(a.dtype, jnp.inexact):  # JAX's polar refuses integers too
+        raise ValueError(f"jaxmg: polar takes a floating or complex matrix, got {a.dtype}; "
+                         "cast it first (a.astype(float))")
     if batching.batched(a):
         fn = functools.partial(polar, side=side, method=method, eps=eps,
                                max_iterations=max_iterations, mesh=mesh, spec=spec,
@@ -186,6 +190,17 @@ def polar(a, side="right", *, method="qdwh", eps=None, max_iterations=None, mesh
         return (u, p, jnp.int32(0)) if return_info else (u, p)
     u, p, info = _polar(a, placement=placement, engine=engine, side=side)
     return (u, p, info) if return_info else (u, p)
+
+
+def _check_qdwh_options(eps, max_iterations) -> None:
+    if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float, np.floating))
+                            or not 0 < eps < 1):
+        raise ValueError(f"jaxmg: polar's eps must be a number in (0, 1) or None, got {eps!r}")
+    if max_iterations is not None and (isinstance(max_iterations, bool)
+                                       or not isinstance(max_iterations, (int, np.integer))
+                                       or max_iterations < 1):
+        raise ValueError("jaxmg: polar's max_iterations must be a positive int or None, got "
+                         f"{max_iterations!r}")
 
 
 @functools.partial(jax.jit, static_argnames=("placement", "side", "eps", "max_iterations"))

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import arguments, failures, sharding
-from jaxmg._src.placement import explicit_spec
+from jaxmg._src.placement import explicit_spec, resolve_placement
 from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
 from jaxmg._src.mixed import refine as rf, solvers
@@ -156,7 +156,10 @@ class MixedFactor:
 def _rows(a, mesh, spec) -> placement.Rows:
     """Where the mixed solve keeps A's rows: the mesh axis that spec shards
     (rows or columns: XLA moves columns into rows), the one axis of a mesh
-    given without spec, else what a's own sharding says."""
+    given without spec, else what a's own sharding says. mesh= and spec=
+    are checked as precision="highest" checks them."""
+    if mesh is not None or spec is not None:
+        resolve_placement(a, mesh, spec, "a")
     named = [s for s in (tuple(spec) if spec is not None else ()) if s is not None]
     if len(named) > 1 or any(isinstance(s, tuple) for s in named):
         raise ValueError(
