@@ -130,6 +130,31 @@ def test_issue_example_grad_of_potrs(rng):
     dropin.assert_close(got, want, dtype, condition=dropin.CONDITION**2)
 
 
+LOG_DETERMINANTS = {
+    "slogdet": lambda a: api.slogdet(a)[1],
+    "slogdet-sign": lambda a: api.slogdet(a)[0],
+    "cho_logdet": lambda a: api.cho_logdet(api.cho_factor(a)),
+    "det": api.det,
+}
+
+
+@pytest.mark.parametrize("layout", ["rows", "replicated"])
+@pytest.mark.parametrize("name", list(LOG_DETERMINANTS))
+def test_eager_jvp_of_log_determinants_on_explicit_axes_needs_no_set_mesh(rng, name, layout):
+    """As README says of eager jvp: the derivative rules run as one program
+    (they failed for want of a concrete mesh outside jit)."""
+    mesh, dtype = dropin.mesh(4, "explicit"), np.float64
+    a, da = dropin.spd(rng, dropin.N, dtype), dropin.random(rng, (dropin.N, dropin.N), dtype)
+    da = da + da.T
+    placed = jax.device_put(a, NamedSharding(mesh, P("x", None) if layout == "rows" else P()))
+    got = jax.jvp(LOG_DETERMINANTS[name], (placed,), (jnp.asarray(da),))[1]
+    ref = {"slogdet": lambda a: jnp.linalg.slogdet(a)[1],
+           "slogdet-sign": lambda a: jnp.linalg.slogdet(a)[0],
+           "cho_logdet": lambda a: jnp.linalg.slogdet(a)[1], "det": jnp.linalg.det}[name]
+    want = jax.jvp(ref, (jnp.asarray(a),), (jnp.asarray(da),))[1]
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9, atol=1e-12)
+
+
 # ---- plain arrays and NumPy inputs ----------------------------------------------------------
 
 PLAIN_N = 12

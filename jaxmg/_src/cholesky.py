@@ -423,7 +423,7 @@ def cho_logdet(c_and_a: CholeskyFactor):
     plain = _no_grad_factor(f)
     if f.a is None:
         return cholesky_logdet(plain.factor, plain.info, layout=f.layout)
-    return _spd_logdet(f.layout, f.lower, f.a, plain.factor, plain.info)
+    return _spd_logdet_program(f.layout, f.lower, f.a, plain.factor, plain.info)
 
 
 def _potrs_with_logdet(a, b, *, tile_size=None, mesh=None, spec=None, backend="auto",
@@ -639,6 +639,11 @@ def _spd_logdet_jvp(layout, lower, primals, tangents):
     inverse = _cho_solve_core(f, eye, sharded)
     # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
     return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))
+
+
+# One program: its derivative rule, traced under an eager jvp, then runs
+# where the operands' concrete mesh is known.
+_spd_logdet_program = jax.jit(_spd_logdet, static_argnums=(0, 1))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))

@@ -274,7 +274,7 @@ def slogdet(a, *, tile_size=None, mesh=None, spec=None, backend="auto"):
         return tuple(jnp.linalg.slogdet(sharding.whole_element(a)))
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
     plain = _no_grad_factor(f)
-    return _lu_slogdet(f.layout, a, plain.lu, plain.piv, plain.info)
+    return _slogdet_program(f.layout, a, plain.lu, plain.piv, plain.info)
 
 
 def inv(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="nan"):
@@ -446,6 +446,11 @@ def _lu_slogdet_jvp(layout, primals, tangents):
         dsign = sign * jax.lax.complex(jnp.zeros_like(phase), phase)  # i Im(trace), no weak 1j
         return (sign, logabsdet), (dsign, jnp.real(trace))
     return (sign, logabsdet), (jnp.zeros_like(sign), trace)
+
+
+# One program, as _det: its derivative rule, traced under an eager jvp,
+# then runs where the operands' concrete mesh is known.
+_slogdet_program = jax.jit(_lu_slogdet, static_argnums=(0,))
 
 
 def _lu_tangent(lu_, piv, da, layout):
