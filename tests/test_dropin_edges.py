@@ -14,10 +14,12 @@ import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
 import pytest
-from jax.sharding import PartitionSpec as P
+from jax.sharding import NamedSharding, PartitionSpec as P
 
 import dropin
 import helpers
+import jaxmg
+import jaxmg.numpy
 from dropin import K, PLAIN, REP, ROWS, api
 
 UNEVEN = 13  # divides over none of 2, 3, 4, 8 devices
@@ -153,6 +155,43 @@ def test_empty_matrix_under_jit():
     assert float(sign) == 1 and float(logabsdet) == 0
 
 
+EMPTY_BATCH = {
+    "inv": (api.inv, jnp.linalg.inv),
+    "cholesky": (jaxmg.numpy.linalg.cholesky, jnp.linalg.cholesky),
+    "eigh-vectors": (lambda a: api.eigh(a)[1], lambda a: jnp.linalg.eigh(a)[1]),
+    "slogdet": (lambda a: tuple(api.slogdet(a)), lambda a: tuple(jnp.linalg.slogdet(a))),
+    "pinv": (api.pinv, jnp.linalg.pinv),
+    "cond": (jaxmg.numpy.linalg.cond, jnp.linalg.cond),
+    "cho_factor": (lambda a: api.cho_factor(a)[0], lambda a: jsl.cho_factor(a)[0]),
+    "solve": (lambda a: api.solve(a, np.zeros((0, 8, 1), np.float32)),
+              lambda a: jnp.linalg.solve(a, np.zeros((0, 8, 1), np.float32))),
+    "solve_triangular": (lambda a: api.solve_triangular(a, np.zeros((0, 8), np.float32)),
+                         lambda a: jsl.solve_triangular(a, np.zeros((0, 8), np.float32))),
+}
+
+
+@pytest.mark.parametrize("layout", ["rows", "replicated"])
+@pytest.mark.parametrize("name", list(EMPTY_BATCH))
+def test_an_empty_batch_on_a_mesh_gives_readable_results_of_jaxs_shapes(name, layout):
+    """An empty batch placed on a mesh: results JAX's shapes and dtypes, that
+    can be read (JAX's ops on empty sharded arrays gave arrays that cannot)."""
+    a = np.zeros((0, 8, 8), np.float32)
+    mesh = dropin.mesh(4, "explicit")
+    placed = jax.device_put(a, NamedSharding(mesh, P(None, "x", None) if layout == "rows" else P()))
+    call, ref = EMPTY_BATCH[name]
+    for got, want in zip(jax.tree.leaves(call(placed)), jax.tree.leaves(ref(a))):
+        got = np.asarray(got)
+        assert got.shape == want.shape and got.dtype == want.dtype
+
+
+def test_an_empty_triangular_system_on_a_mesh_solves():
+    mesh = dropin.mesh(4, "explicit")
+    rep = lambda x: jax.device_put(x, NamedSharding(mesh, P()))  # noqa: E731
+    for a in (np.zeros((0, 0), np.float32), rep(np.zeros((0, 0), np.float32))):
+        x = api.solve_triangular(a, rep(np.zeros((0,), np.float32)))
+        assert np.asarray(x).shape == (0,) and x.dtype == np.float32
+
+
 # ---- the values-only SVD of a tall, thin matrix ------------------------------------------------
 
 TALL_THIN = (400_000, 2)
@@ -222,8 +261,6 @@ def test_shard_map_tile_is_honoured_or_refused(rng, routine, tile):
 
 
 # ---- integer inputs, lists, mixed dtypes: as JAX ----
-
-import jaxmg  # noqa: E402
 
 INT_CALLS = {
     "solve": (lambda x: jaxmg.solve(x, np.array([1, 2])),

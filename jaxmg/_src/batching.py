@@ -33,6 +33,8 @@ def batch_map(fn, args, batch_ndims):
         shapes.append(leaves[0].shape[:k] if leaves else ())
     _check_rank_promotion(shapes)
     batch = jnp.broadcast_shapes(*shapes)
+    if 0 in batch and not any(arguments.is_traced(x) for x in jax.tree.leaves(args)):
+        return _empty_batch(fn, args, batch_ndims, batch)
 
     def expand(x, k):
         return jnp.broadcast_to(x, batch + x.shape[k:])
@@ -43,6 +45,16 @@ def batch_map(fn, args, batch_ndims):
     for _ in batch:
         mapped = jax.vmap(mapped)
     return mapped(*full)
+
+
+def _empty_batch(fn, args, batch_ndims, batch):
+    """fn's results over an empty batch: zeros of their shapes, made here
+    (JAX's ops on empty arrays sharded over a mesh give arrays that cannot
+    be read, jax 0.10 to 0.12)."""
+    element = [jax.tree.map(lambda x, k=k: jax.ShapeDtypeStruct(x.shape[k:], x.dtype), a)
+               for a, k in zip(args, batch_ndims)]
+    shapes = jax.eval_shape(fn, *element)
+    return jax.tree.map(lambda s: jnp.zeros(batch + s.shape, s.dtype), shapes)
 
 
 def _check_rank_promotion(batch_shapes):

@@ -48,8 +48,8 @@ def pinv(a, rtol=None, hermitian=False, *, rcond=None, mesh=None, spec=None, bac
     if a.ndim < 2:
         raise arguments.ShapeError(f"jaxmg: pinv takes a matrix (..., M, N), got shape {a.shape}")
     m, n = a.shape[-2:]
-    if m == 0 or n == 0:
-        return jnp.empty(a.shape[:-2] + (n, m), a.dtype)
+    if a.size == 0:  # JAX's ops on empty sharded arrays fail on meshes
+        return jnp.zeros(a.shape[:-2] + (n, m), a.dtype)
     if rtol is None:
         rtol = 10.0 * max(m, n) * jnp.finfo(a.dtype).eps
     rtol = jnp.asarray(rtol, jnp.finfo(a.dtype).dtype)
@@ -128,6 +128,8 @@ def cond(x, p=None, *, mesh=None, spec=None, backend="auto"):
     if x.shape[-1] == 0 or x.shape[-2] == 0:
         raise ValueError("jnp.linalg.cond: input array must not be empty; "
                          f"got arr.shape={x.shape}")
+    if x.size == 0:  # an empty batch (JAX's ops on empty sharded arrays fail on meshes)
+        return jnp.zeros(x.shape[:-2], jnp.finfo(x.dtype).dtype)
     options = dict(mesh=mesh, spec=spec, backend=backend)
     if p in (None, 2, -2):
         s = svdvals(x, **options)

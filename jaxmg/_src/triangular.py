@@ -71,6 +71,9 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
             f"jaxmg: b must be (..., {a.shape[-1]}) or (..., {a.shape[-1]}, K) to match a, "
             f"got {b.shape}"
         )
+    if b.size == 0:  # nothing to solve (JAX's ops on empty sharded arrays fail on meshes)
+        return jnp.zeros(jnp.broadcast_shapes(a.shape[:-2], b.shape[:-1 if vector else -2])
+                         + b.shape[-1 if vector else -2:], b.dtype)
     if a.ndim > 2 or b.ndim > 2:
         fn = functools.partial(solve_triangular, trans=code, lower=lower,
                                unit_diagonal=unit_diagonal, mesh=mesh, spec=spec, backend=backend)
