@@ -317,6 +317,28 @@ def test_expm_forms():
 
 
 @pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize("layout", ["2-D blocks", "batch of row-sharded matrices"])
+def test_expm_of_layouts_whose_products_need_moving(layout, mode):
+    """A 2-D block layout (its products contracted a sharded axis against
+    another) and a batch whose matrices' rows are sharded (the degree chosen
+    per matrix selected between differently sharded results)."""
+    if layout == "2-D blocks":
+        a = _matrix(np.float32, M, M) / 4
+        mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+        placed = jax.device_put(a, NamedSharding(mesh, P("r", "c")))
+    else:
+        a = np.stack([_matrix(np.float32, M, M) * s for s in (0.01, 0.3, 3.0)])
+        placed = jax.device_put(a, NamedSharding(dropin.mesh(DEVICES, "explicit"),
+                                                 P(None, "x", None)))
+    run = msl.expm if mode == "eager" else jax.jit(msl.expm)
+    _close(run(placed), jsl.expm(a), np.float32)
+    value, derivative = msl.expm_frechet(placed, placed)
+    want = jsl.expm_frechet(a, a)
+    _close(value, want[0], np.float32)
+    _close(derivative, want[1], np.float32)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
 @pytest.mark.parametrize("kind", ["plain", "auto", "explicit"])
 def test_expm_frechet(kind, mode):
     """(expm(A), its derivative along E), or the derivative alone, as JAX's;

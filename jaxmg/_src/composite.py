@@ -317,6 +317,7 @@ def expm(A, *, upper_triangular=False, max_squarings=16, mesh=None, spec=None,  
     max_squarings = operator.index(max_squarings)
     if A.shape[-1] == 0:
         return jnp.asarray(A)
+    A = _products_ready(A)  # noqa: N806
     if A.ndim > 2:
         fn = functools.partial(expm, upper_triangular=upper_triangular,
                                max_squarings=max_squarings, mesh=mesh, spec=spec, backend=backend)
@@ -349,6 +350,27 @@ def expm_frechet(A, E, *, method=None, compute_expm=True, mesh=None, spec=None, 
     of_a = functools.partial(expm, mesh=mesh, spec=spec, backend=backend)
     value, derivative = jax.jvp(of_a, (A,), (E,))
     return (value, derivative) if compute_expm else derivative
+
+
+def _products_ready(a):
+    """a laid out for the Pade products on explicit mesh axes: one matrix's
+    columns moved into its rows (a 2-D block layout's products contract a
+    sharded axis against another), and a batch's matrices whole where they
+    lie (the degree's branch, chosen per matrix, selects between results
+    whose sharding the choice must share)."""
+    typed = explicit_spec(a)
+    if typed is None:
+        return a
+    mesh, spec = typed
+    *batch, rows, cols = spec
+    if a.ndim > 2:
+        whole = P(*batch, None, None)
+        return a if (rows, cols) == (None, None) else jax.sharding.reshard(
+            a, NamedSharding(mesh, whole))
+    if cols is None:
+        return a
+    return jax.sharding.reshard(a, NamedSharding(mesh, P(axis_names(rows) + axis_names(cols),
+                                                       None)))
 
 
 # The steps before and after the solve compiled once each: traced anew on
