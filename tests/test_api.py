@@ -330,6 +330,20 @@ def test_mesh_shapes_and_axis_names(rng, shape, axis_types):
     check_eigh(a, *jaxmg.syevd(a_dev, tile_size=1))
 
 
+@pytest.mark.parametrize("spec", [P(), P("r", "c"), P("c", None)], ids=str)
+def test_a_mesh_of_explicit_and_auto_axes_is_refused_naming_the_fix(rng, spec):
+    """JAX lays a matrix out over both kinds of axis at once neither by
+    reshard nor by with_sharding_constraint (it failed inside jaxmg)."""
+    mesh = jax.make_mesh((2, 4), ("r", "c"), devices=helpers.devices(8),
+                         axis_types=(jax.sharding.AxisType.Explicit, jax.sharding.AxisType.Auto))
+    a = jax.device_put(helpers.spd(rng, 8, np.float64, CONDITION), NamedSharding(mesh, spec))
+    for call in (lambda: jaxmg.solve(a, np.ones(8), assume_a="pos"), lambda: jaxmg.inv(a),
+                 lambda: jaxmg.eigvalsh(a)):
+        with pytest.raises(ValueError, match=r"spread over mesh axes of two types .*Explicit.*"
+                                             r"put it on a mesh of the same devices"):
+            call()
+
+
 def test_permuted_devices(rng):
     """A mesh over devices in no particular order: positions on the axis,
     not device ids, decide who holds which rows."""

@@ -294,8 +294,11 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
-        return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
+        placement = _concrete_placement(a.sharding, a.committed, mesh, spec, name)
+        _check_one_axis_type(placement)
+        return placement
     placement = _placement(a, sharding_of(a), abstract, mesh, spec, name)
+    _check_one_axis_type(placement)
     symbolic = [d for d in a.shape[-2:] if arguments.is_symbolic(d)]
     if placement.placed and symbolic:
         raise ValueError(
@@ -304,6 +307,21 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
             "concrete matrix shape (a symbolic batch dimension works), or with the matrix on one "
             "device")
     return placement
+
+
+def _check_one_axis_type(placement: Placement) -> None:
+    """The rows' mesh axes all Explicit or all Auto: JAX lays a matrix out
+    over both kinds at once by neither reshard nor with_sharding_constraint."""
+    if placement.mesh is None or placement.manual:
+        return
+    types = dict(zip(placement.mesh.axis_names, placement.mesh.axis_types))
+    kinds = {types[ax] for ax in placement.axes if ax in types}
+    if len(kinds) > 1:
+        named = ", ".join(f"{ax!r} {types[ax].name}" for ax in placement.axes)
+        raise ValueError(
+            f"jaxmg: the matrix's rows would be spread over mesh axes of two types ({named}); "
+            "put it on a mesh of the same devices whose axes have one type "
+            "(jax.make_mesh(shape, names, axis_types=(AxisType.Explicit,) * len(names)))")
 
 
 def rows_over_all(mesh):
