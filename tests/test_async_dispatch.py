@@ -12,7 +12,9 @@ timeout (a stalled call fails in seconds instead of minutes) and a wall-clock
 limit on the whole process."""
 
 import json
+import os
 import subprocess
+import sys
 import textwrap
 
 import jax
@@ -166,3 +168,14 @@ def test_eager_call_on_cpu_devices_of_one_process_returns_its_result_ready(rng, 
         assert helpers.residual(a, x, b) <= helpers.tolerance(np.float64, 64, 10.0)
     factor = jaxmg.cho_factor(a_dev)
     assert all(leaf.is_ready() for leaf in jax.tree_util.tree_leaves(factor))
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-4", "2.5"])
+def test_a_pool_size_xla_would_ignore_is_warned_of_at_import(value):
+    env = dict(os.environ, PJRT_NPROC=value, JAX_PLATFORMS="cpu",
+               PYTHONPATH=os.pathsep.join(sys.path),
+               XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    run = subprocess.run([sys.executable, "-W", "always", "-c", "import jaxmg"], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert f"PJRT_NPROC={value!r} is not a positive number of threads" in run.stderr, run.stderr

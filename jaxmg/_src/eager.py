@@ -26,6 +26,7 @@ import functools
 import inspect
 import os
 import re
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -416,7 +417,14 @@ def widen_cpu_pool() -> None:
     """Sets PJRT_NPROC to two threads per CPU device (at least the cores)
     where JAX has not started its devices yet and nobody set it; several
     devices forced by XLA_FLAGS or jax_num_cpu_devices only."""
-    if POOL_VARIABLE in os.environ or _backends_started():
+    if POOL_VARIABLE in os.environ:
+        if not os.environ[POOL_VARIABLE].strip().isdigit() or int(os.environ[POOL_VARIABLE]) < 1:
+            warnings.warn(f"jaxmg: {POOL_VARIABLE}={os.environ[POOL_VARIABLE]!r} is not a positive "
+                          "number of threads, so XLA keeps its default CPU pool, in which jitted "
+                          "jaxmg programs called in a loop without waiting can stall; set it to at "
+                          "least twice the CPU devices", stacklevel=3)
+        return
+    if _backends_started():
         return
     devices = jax.config.jax_num_cpu_devices
     if devices < 1:
