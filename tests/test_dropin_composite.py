@@ -14,6 +14,7 @@ import pytest
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 import dropin
+import helpers
 import jaxmg
 import jaxmg.numpy.linalg as mnp
 import jaxmg.scipy.linalg as msl
@@ -324,7 +325,7 @@ def test_expm_of_layouts_whose_products_need_moving(layout, mode):
     per matrix selected between differently sharded results)."""
     if layout == "2-D blocks":
         a = _matrix(np.float32, M, M) / 4
-        mesh = jax.make_mesh((2, 2), ("r", "c"), devices=jax.devices()[:4])
+        mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(4))
         placed = jax.device_put(a, NamedSharding(mesh, P("r", "c")))
     else:
         a = np.stack([_matrix(np.float32, M, M) * s for s in (0.01, 0.3, 3.0)])
