@@ -344,6 +344,22 @@ def test_a_mesh_of_explicit_and_auto_axes_is_refused_naming_the_fix(rng, spec):
             call()
 
 
+def test_a_matrix_on_other_devices_than_the_set_mesh_is_named(rng):
+    a = helpers.rows(helpers.spd(rng, 8, np.float64, CONDITION), helpers.mesh(4, first=4))
+    with jax.set_mesh(helpers.mesh(8)):
+        for call in (lambda: jaxmg.solve(a, np.ones(8), assume_a="pos"), lambda: jaxmg.inv(a)):
+            with pytest.raises(ValueError, match=r"a lives on devices \[4, 5, 6, 7\], but the "
+                                                 r"mesh of jax.set_mesh has devices \[0, 1, 2"):
+                call()
+    with jax.set_mesh(helpers.mesh(4)), pytest.raises(
+            ValueError, match=r"a lives on devices \[2\], but the mesh of jax.set_mesh"):
+        jaxmg.solve(jax.device_put(np.eye(8) * 2.0, helpers.devices(8)[2]), np.ones(8))
+    # an uncommitted one goes onto the mesh
+    with jax.set_mesh(helpers.mesh(4)):
+        x = jaxmg.solve(jnp.asarray(np.eye(8) * 2.0), np.ones(8))
+    np.testing.assert_allclose(np.asarray(x), np.full(8, 0.5))
+
+
 def test_permuted_devices(rng):
     """A mesh over devices in no particular order: positions on the axis,
     not device ids, decide who holds which rows."""

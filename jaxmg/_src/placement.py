@@ -286,6 +286,8 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     matrix, solved where it lies as jax.scipy solves it there."""
     if spec is not None:
         _check_spec(spec, name)
+    if mesh is None:
+        _check_on_context_mesh(a, name)
     abstract = _context_mesh()
     if row_blocks and abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
@@ -307,6 +309,23 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
             "concrete matrix shape (a symbolic batch dimension works), or with the matrix on one "
             "device")
     return placement
+
+
+def _check_on_context_mesh(a, name: str) -> None:
+    """A matrix committed to devices other than those of the mesh that
+    jax.set_mesh put in context is refused by name, as JAX refuses it (it
+    failed inside jaxmg); uncommitted ones move onto the mesh."""
+    if not concrete(a) or a.is_deleted() or not a.committed:
+        return
+    context = context_concrete_mesh()
+    if context is None or a.sharding.device_set == set(context.devices.flat):
+        return
+    ids = lambda devices: sorted(d.id for d in devices)  # noqa: E731
+    raise ValueError(
+        f"jaxmg: {name} lives on devices {ids(a.sharding.device_set)}, but the mesh of "
+        f"jax.set_mesh has devices {ids(context.devices.flat)}: put {name} on that mesh "
+        f"(jax.device_put({name}, NamedSharding(mesh, P(axis, None)))), or call outside "
+        "`with jax.set_mesh(mesh):`")
 
 
 def _check_one_axis_type(placement: Placement) -> None:
