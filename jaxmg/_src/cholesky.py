@@ -31,8 +31,8 @@ from jaxmg._src import (
 from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import (BATCH_ELEMENT, back_on_devices, check_square, eager_key,
-                                  off_devices, resolve_placement)
+from jaxmg._src.placement import (BATCH_ELEMENT, check_square, eager_key, factor_on_devices,
+                                  resolve_placement)
 
 
 @functools.partial(
@@ -69,12 +69,7 @@ class CholeskyFactor:
 
     def on_devices(self) -> "CholeskyFactor":
         """This factor, its arrays back on its devices if they left them."""
-        if not off_devices(self.factor, self.layout.placement):
-            return self
-        put = lambda x, rows: back_on_devices(x, self.layout.placement, rows)  # noqa: E731
-        rows = self.factor.ndim - 2
-        return dataclasses.replace(self, factor=put(self.factor, rows), a=put(self.a, rows),
-                                   info=put(self.info, None))
+        return factor_on_devices(self, self.layout.placement, "factor", ("factor", "a"))
 
     def __iter__(self):
         self = self.on_devices()

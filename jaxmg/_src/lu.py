@@ -30,8 +30,7 @@ from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import (back_on_devices, off_devices, resolve_placement,
-                                  whole_on_its_devices)
+from jaxmg._src.placement import factor_on_devices, resolve_placement, whole_on_its_devices
 
 
 @functools.partial(
@@ -65,13 +64,9 @@ class LUFactor:
         return self.lu.dtype
 
     def on_devices(self) -> "LUFactor":
-        """This factor, its arrays back on its devices if they left them."""
-        if not off_devices(self.lu, self.layout.placement):
-            return self
-        put = lambda x, rows: back_on_devices(x, self.layout.placement, rows)  # noqa: E731
-        rows = self.lu.ndim - 2
-        return dataclasses.replace(self, lu=put(self.lu, rows), piv=put(self.piv, rows),
-                                   a=put(self.a, rows), info=put(self.info, None))
+        """This factor, its arrays back on its devices if they left them (the
+        pivots' rows at the same axis as lu's)."""
+        return factor_on_devices(self, self.layout.placement, "lu", ("lu", "piv", "a"))
 
     def __iter__(self):
         """Unpacks as jax.scipy's ``(lu, piv)``: P A = L U with L (unit

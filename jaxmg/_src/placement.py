@@ -75,6 +75,18 @@ def back_on_devices(x, placement: Placement, row_dim: int | None):
     return jax.device_put(x, NamedSharding(placement.mesh, P(*spec)))
 
 
+def factor_on_devices(f, placement: Placement, main: str, rows: tuple[str, ...]):
+    """A factor (a dataclass) whose arrays left its devices with them put
+    back (back_on_devices): the fields `rows` with their rows sharded as the
+    field `main`'s, `info` replicated; f itself where `main` never left."""
+    leading = getattr(f, main)
+    if not off_devices(leading, placement):
+        return f
+    row_dim = leading.ndim - 2
+    moved = {field: back_on_devices(getattr(f, field), placement, row_dim) for field in rows}
+    return dataclasses.replace(f, info=back_on_devices(f.info, placement, None), **moved)
+
+
 def _devices_by_id(platform: str, ids):
     """The devices a pickled mesh named, in this process."""
     known = {d.id: d for d in jax.devices(platform)}
@@ -286,9 +298,9 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     matrix, solved where it lies as jax.scipy solves it there."""
     if spec is not None:
         _check_spec(spec, name)
-    if mesh is None:
-        _check_on_context_mesh(a, name)
     abstract = _context_mesh()
+    if mesh is None and abstract is not None:
+        _check_on_context_mesh(a, name)
     if row_blocks and abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
     if whole_on_its_devices(a):
@@ -296,9 +308,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
-        placement = _concrete_placement(a.sharding, a.committed, mesh, spec, name)
-        _check_one_axis_type(placement)
-        return placement
+        return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
     placement = _placement(a, sharding_of(a), abstract, mesh, spec, name)
     _check_one_axis_type(placement)
     symbolic = [d for d in a.shape[-2:] if arguments.is_symbolic(d)]
@@ -465,7 +475,9 @@ def concrete(x) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def _concrete_placement(sharding, committed: bool, mesh, spec, name: str) -> Placement:
-    return _placement(None, sharding, None, mesh, spec, name, committed)
+    placement = _placement(None, sharding, None, mesh, spec, name, committed)
+    _check_one_axis_type(placement)
+    return placement
 
 
 def _placement(a, sharding, abstract, mesh, spec, name: str, committed=False) -> Placement:
