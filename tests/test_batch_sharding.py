@@ -6,9 +6,11 @@ linalg functions do; derivatives too (det's on explicit axes under jax.set_mesh,
 JAX's own has none). backend="jaxmg", which would spread one
 matrix over devices, is refused naming the layout."""
 
+import re
 from contextlib import nullcontext
 
 import jax
+import jax.experimental.checkify
 import jax.numpy as jnp
 import jax.scipy.linalg as jsl
 import numpy as np
@@ -206,3 +208,46 @@ def test_distributed_backend_refused(rng):
     a = jax.device_put(spd(rng, np.float64), NamedSharding(mesh, P("i")))
     with pytest.raises(ValueError, match="batch sharded along its batch axis"):
         jaxmg.cholesky(a, backend="jaxmg")
+
+
+FAILING = {  # name: (jaxmg's call with on_failure, element 5 of the batch made to fail, words)
+    "solve-pos": (lambda a, b, how: jaxmg.solve(a, b, assume_a="pos", on_failure=how),
+                  "not positive definite"),
+    "cho_factor": (lambda a, b, how: jaxmg.cho_solve(jaxmg.cho_factor(a, on_failure=how), b),
+                   "not positive definite"),
+    "inv": (lambda a, b, how: jaxmg.inv(a, on_failure=how), "singular"),
+    "lu_factor": (lambda a, b, how: jaxmg.lu_solve(jaxmg.lu_factor(a, on_failure=how), b),
+                  "singular"),
+}
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("how", ["raise", "checkify"])
+@pytest.mark.parametrize("kind", list(AXIS_TYPES))
+@pytest.mark.parametrize("name", list(FAILING))
+def test_failure_names_its_batch_element(rng, name, kind, how, jit):
+    """on_failure="raise" and "checkify" report the first failing matrix of a
+    batch sharded along its batch axis by its index; JAX's per-element
+    callbacks and checkify's batched errors slice or sort along that axis,
+    which Explicit axes refuse. A batch without failures raises nothing."""
+    call, words = FAILING[name]
+    mesh = mesh_of(kind)
+    good = spd(rng, np.float64)
+    bad = good.copy()
+    bad[5, :, 2] = bad[5, 2, :] = 0.0  # singular and not positive definite
+    b = jax.device_put(rhs(rng, np.float64), NamedSharding(mesh, P("i")))
+    run = (lambda a: call(a, b, how)) if how == "raise" else \
+        jax.experimental.checkify.checkify(lambda a: call(a, b, how))
+    run = jax.jit(run) if jit else run
+    place = lambda a: jax.device_put(a, NamedSharding(mesh, P("i")))  # noqa: E731
+    pattern = rf"{words}.*batch element (\(5,\)|\[5\])"
+    if how == "raise":
+        with pytest.raises(Exception, match=pattern):
+            np.asarray(run(place(bad)))
+        out = run(place(good))
+    else:
+        err, _ = run(place(bad))
+        assert re.search(pattern, err.get() or ""), err.get()
+        err, out = run(place(good))
+        assert err.get() is None
+    assert np.isfinite(np.asarray(out)).all()

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import arguments
+from jaxmg._src import arguments, failures
 from jaxmg._src.placement import axis_names, explicit_spec
 
 
@@ -41,10 +41,21 @@ def batch_map(fn, args, batch_ndims):
 
     full = [jax.tree.map(lambda x, k=k: expand(x, k), a) for a, k in zip(args, batch_ndims)]
     full = _batch_axes_sharded_alike(full, len(batch))
-    mapped = fn
+    reports = []
+
+    def element(*xs):
+        with failures.deferred_reports() as made:
+            out = fn(*xs)
+        reports[:] = [(on_failure, message) for _, on_failure, message in made]
+        return out, [info for info, _, _ in made]
+
+    mapped = element
     for _ in batch:
         mapped = jax.vmap(mapped)
-    return mapped(*full)
+    out, infos = mapped(*full)
+    for info, (on_failure, message) in zip(infos, reports):
+        failures.report_batch(info, on_failure, message)
+    return out
 
 
 def _empty_batch(fn, args, batch_ndims, batch):

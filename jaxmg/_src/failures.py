@@ -3,7 +3,10 @@ LinAlgError, or a checkify error."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+import threading
 
 import jax
 import jax.numpy as jnp
@@ -46,26 +49,65 @@ def check_on_failure(on_failure):
         raise ValueError(f"jaxmg: on_failure must be one of {ON_FAILURE}, got {on_failure!r}")
 
 
-def _raise_if_failed(info, message):
+def _raise_if_failed(info, element, message):
     if int(info) != 0:
-        raise LinAlgError(f"{message} (info={int(info)})")
+        where = "" if element is None else f", batch element {tuple(map(int, element))}"
+        raise LinAlgError(f"{message} (info={int(info)}{where})")
 
 
-def report(info, on_failure: str, message: str):
+_deferred = threading.local()
+
+
+def report(info, on_failure: str, message: str, element=None):
     """Acts on a factorisation's info: "nan" leaves the NaN results alone,
     "raise" raises LinAlgError (at once for concrete values; from inside a
-    compiled program otherwise), "checkify" records a checkify error."""
+    compiled program otherwise), "checkify" records a checkify error.
+    element: the batch index info belongs to, named in the error."""
     check_on_failure(on_failure)
     if on_failure == "nan":
         return
+    pending = getattr(_deferred, "stack", None)
+    if pending and isinstance(info, jax.core.Tracer):
+        pending[-1].append((info, on_failure, message))
+        return
     if on_failure == "checkify":
-        checkify.check(info == 0, message + " (info={info})", info=info)
+        if element is None:
+            checkify.check(info == 0, message + " (info={info})", info=info)
+        else:
+            checkify.check(info == 0, message + " (info={info}, batch element {element})",
+                           info=info, element=element)
         return
     if isinstance(info, jax.core.Tracer):
-        jax.debug.callback(functools.partial(_raise_if_failed, message=message), info,
+        jax.debug.callback(functools.partial(_raise_if_failed, message=message), info, element,
                            partitioned=True)
     else:
-        _raise_if_failed(info, message)
+        _raise_if_failed(info, element, message)
+
+
+@contextlib.contextmanager
+def deferred_reports():
+    """Collects the (info, on_failure, message) of each report made inside,
+    for the batch's caller to act on once its vmap is done: under vmap JAX
+    runs a callback per batch element by slicing its arguments, and batches
+    checkify's errors with a sort, both of which a batch sharded along its
+    batch axis on Explicit mesh axes refuses."""
+    stack = _deferred.__dict__.setdefault("stack", [])
+    stack.append([])
+    try:
+        yield stack[-1]
+    finally:
+        stack.pop()
+
+
+def report_batch(info, on_failure: str, message: str):
+    """report over a batch of infos: the first failure is reported, naming its
+    batch element."""
+    strides = [math.prod(info.shape[k + 1:]) for k in range(info.ndim)]
+    flat = sum(i * stride for i, stride in zip(jnp.indices(info.shape, sparse=True), strides))
+    first = jnp.min(jnp.where(info != 0, flat, info.size))
+    first_info = jnp.max(jnp.where(flat == first, info, 0))
+    element = jnp.stack(jnp.unravel_index(jnp.minimum(first, info.size - 1), info.shape))
+    report(first_info, on_failure, message, element)
 
 
 def reporting(program, on_failure: str, message: str):
