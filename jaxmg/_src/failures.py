@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import math
 import threading
 
@@ -20,6 +21,16 @@ NO_CONVERGENCE = "jaxmg: the eigensolver did not converge (or the matrix has NaN
 
 class LinAlgError(ArithmeticError):
     """A factorisation failed (matrix not positive definite, or singular)."""
+
+
+def _not_a_linalg_error(record: logging.LogRecord) -> bool:
+    return not (record.exc_info and isinstance(record.exc_info[1], LinAlgError))
+
+
+# on_failure="raise" under jit raises from a callback on every device, and JAX
+# logs each such exception with its traceback before handing it on; the one
+# error the caller receives says it all.
+logging.getLogger("jax._src.debugging").addFilter(_not_a_linalg_error)
 
 
 def with_finite_check(a, info, n: int, upper: bool = False):
