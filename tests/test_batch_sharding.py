@@ -251,3 +251,19 @@ def test_failure_names_its_batch_element(rng, name, kind, how, jit):
         err, out = run(place(good))
         assert err.get() is None
     assert np.isfinite(np.asarray(out)).all()
+
+
+@pytest.mark.parametrize("name", ["inv", "solve", "det", "cholesky", "eigh"])
+def test_matrices_of_a_manual_shard_map_under_rank_promotion_raise(rng, name):
+    """jnp.linalg's routines mapped over the matrices each device holds inside
+    a shard_map, under rank promotion "raise" (JAX's shard_map_test does this
+    with inv): inv's gather-free inverse broadcast a column against a row."""
+    makers, ours, theirs = ROUTINES[name]
+    mesh = mesh_of("explicit")
+    args = [make(rng, np.float64) for make in makers]
+    with jax.set_mesh(mesh), jax.numpy_rank_promotion("raise"):
+        placed = [jax.device_put(x, NamedSharding(mesh, P("i"))) for x in args]
+        mapped = jax.shard_map(lambda *xs: jax.lax.map(lambda e: ours(*e), xs),
+                               out_specs=P("i"))
+        got = mapped(*placed)
+    assert_close(name, got, theirs(*args), np.float64)

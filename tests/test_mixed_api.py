@@ -3,6 +3,7 @@ cho_solve, lu_factor / lu_solve on plain and row-sharded arrays, the
 RefinementInfo they report, derivatives, jit and vmap, the float64 fallback
 on a matrix that is not positive definite, and the options refused by name."""
 
+import contextlib
 import functools
 
 import jax
@@ -845,3 +846,44 @@ def test_jit_and_vmap_with_a_mesh_of_auto_axes(rng):
     close(factored(a, b), a, b)
     xs = jax.vmap(lambda a: jaxmg.solve(a, b, mesh=mesh, precision="mixed"))(np.stack([g, 2 * g]))
     close(xs[1], 2 * g, b)
+
+
+STRICT_FORMS = {
+    "solve-pos": lambda a, b: jaxmg.solve(a, b, assume_a="pos", precision="mixed"),
+    "solve-gen": lambda a, b: jaxmg.solve(a, b, precision="mixed"),
+    "cho": lambda a, b: jaxmg.cho_solve(jaxmg.cho_factor(a, precision="mixed"), b),
+    "lu": lambda a, b: jaxmg.lu_solve(jaxmg.lu_factor(a, precision="mixed"), b),
+}
+
+
+@pytest.mark.parametrize("rows", [False, True], ids=["plain", "rows"])
+@pytest.mark.parametrize("name", list(STRICT_FORMS))
+def test_strict_promotion_and_rank_raise_give_the_permissive_result(rng, name, rows):
+    """Under jax_numpy_dtype_promotion="strict" and rank promotion "raise"
+    (JAX's test defaults) a mixed solve runs eagerly, jitted and
+    differentiated, as it does without them: the caller's rules govern the
+    caller's arrays, not jaxmg's per-column arithmetic (a scale of shape (K,)
+    against (N, K), int32 beside int64 indices), which failed there."""
+    solve = STRICT_FORMS[name]
+    a = spd(rng) if name in ("solve-pos", "cho") else general(rng)
+    b = helpers.random_matrix(rng, N, np.float64, 2)
+    if rows:
+        a = helpers.rows(a, helpers.mesh(2))
+    forms = {"eager": solve, "jit": jax.jit(solve),
+             "grad": jax.grad(lambda a, b: jnp.sum(solve(a, b) ** 2))}
+    with jax.set_mesh(helpers.mesh(2)) if rows else contextlib.nullcontext():
+        want = {form: np.asarray(f(a, b)) for form, f in forms.items()}
+        with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
+            got = {form: np.asarray(f(a, b)) for form, f in forms.items()}
+    for form in forms:
+        np.testing.assert_allclose(got[form], want[form], rtol=1e-10, atol=1e-12, err_msg=form)
+
+
+def test_the_callers_rank_promotion_still_governs_batch_broadcasting(rng):
+    a = np.stack([spd(rng), spd(rng)])
+    b = helpers.random_matrix(rng, N, np.float64, 2)  # no batch axis against a's one
+    f = jaxmg.cho_factor(a, precision="mixed")
+    with jax.numpy_rank_promotion("raise"), pytest.raises(ValueError, match="rank promotion"):
+        jaxmg.cho_solve(f, b)
+    with jax.numpy_rank_promotion("allow"):
+        assert jaxmg.cho_solve(f, b).shape == (2, N, 2)

@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmg._src import config
+from jaxmg._src import config, numpy_rules
 
 
 class ShapeError(ValueError, TypeError):
@@ -222,14 +222,16 @@ def promote(*named, lists: bool = False):
     arrays = [as_array(x, name, lists=lists) for x, name in named]
     # The arrays, not their dtypes: float64 NumPy inputs without x64 then
     # become float32 silently, as in JAX.
-    dtype = _inexact_dtype(jnp.result_type(*arrays))
+    with numpy_rules.callers_dtype_promotion():
+        dtype = _inexact_dtype(jnp.result_type(*arrays))
     return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
 
 
 def solve_dtype(b, dtype) -> np.dtype:
     """The dtype jax.scipy solves b against a factor of `dtype` in: both
     promoted together."""
-    return _inexact_dtype(jnp.result_type(b.dtype, dtype))
+    with numpy_rules.callers_dtype_promotion():
+        return _inexact_dtype(jnp.result_type(b.dtype, dtype))
 
 
 def user_stacklevel() -> int:

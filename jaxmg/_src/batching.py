@@ -10,7 +10,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import arguments, failures
+from jaxmg._src import arguments, failures, numpy_rules
 from jaxmg._src.placement import axis_names, explicit_spec
 
 
@@ -72,7 +72,7 @@ def _check_rank_promotion(batch_shapes):
     """What jnp.vectorize (which JAX's solves and generalized eigh batch
     with) does under jax_numpy_rank_promotion "warn" or "raise" when the
     operands' batch ranks differ."""
-    mode = jax.config.jax_numpy_rank_promotion
+    mode = numpy_rules.callers_rank_promotion()
     if mode == "allow" or len({len(s) for s in batch_shapes}) < 2:
         return
     message = (f"jaxmg: operands with batch shapes {list(batch_shapes)} require rank promotion. "

@@ -21,6 +21,7 @@ from jaxmg._src import (
     batching,
     dispatch,
     failures,
+    numpy_rules,
     operators,
     padded_blocks,
     peer_calls,
@@ -71,6 +72,7 @@ class CholeskyFactor:
         """This factor, its arrays back on its devices if they left them."""
         return factor_on_devices(self, self.layout.placement, "factor", ("factor", "a"))
 
+    @numpy_rules.default_rules
     def __iter__(self):
         self = self.on_devices()
         if self.a is None:  # donated: no derivatives
@@ -377,6 +379,7 @@ def lower_read_as_solved(a, layout: Layout):
 
 
 @lower_read_as_solved.defjvp
+@numpy_rules.default_rules
 def _lower_read_as_solved_jvp(layout, primals, tangents):
     read = lower_read_as_solved(primals[0], layout)
     return read, _typed_as(tangents[0], read)
@@ -621,6 +624,7 @@ def _spd_logdet(layout, lower, a, factor, info):
 
 
 @_spd_logdet.defjvp
+@numpy_rules.default_rules
 def _spd_logdet_jvp(layout, lower, primals, tangents):
     a, factor, info = primals
     f = CholeskyFactor(factor, a, info, layout, lower)
@@ -647,6 +651,7 @@ def _spd_inverse(layout, a):
 
 
 @_spd_inverse.defjvp
+@numpy_rules.default_rules
 def _spd_inverse_jvp(layout, primals, tangents):
     (a,), (da,) = primals, tangents
     placement = layout.placement
@@ -663,6 +668,7 @@ def _cholesky_factor(layout, lower, a):
 
 
 @_cholesky_factor.defjvp
+@numpy_rules.default_rules
 def _cholesky_factor_jvp(layout, lower, primals, tangents):
     (a,), (da,) = primals, tangents
     c = _cholesky_factor(layout, lower, a)
@@ -677,6 +683,7 @@ def _jax_form(layout, lower, a, factor, info):
 
 
 @_jax_form.defjvp
+@numpy_rules.default_rules
 def _jax_form_jvp(layout, lower, primals, tangents):
     a, factor, info = primals
     c = _jax_form(layout, lower, a, factor, info)
@@ -725,6 +732,7 @@ def _as_factored(layout, lower, a, factor, info):
 
 
 @_as_factored.defjvp
+@numpy_rules.default_rules
 def _as_factored_jvp(layout, lower, primals, tangents):
     a, factor, info = primals
     read = _as_factored(layout, lower, a, factor, info)

@@ -18,12 +18,23 @@ import numpy as np
 from jax import lax
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, failures, linalg, polar, sharding, triangular
+from jaxmg._src import (
+    arguments,
+    batching,
+    dispatch,
+    failures,
+    linalg,
+    numpy_rules,
+    polar,
+    sharding,
+    triangular,
+)
 from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.placement import axis_names, explicit_spec
 from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
 
 
+@numpy_rules.default_rules
 def svdvals(x, /, *, mesh=None, spec=None, backend="auto"):
     """The singular values of x (..., M, N), descending, like
     ``jnp.linalg.svdvals``; see :func:`jaxmg.svd` for the options."""
@@ -70,6 +81,7 @@ def _pinv(a, rtol, options):
 
 
 @_pinv.defjvp
+@numpy_rules.default_rules
 def _pinv_jvp(options, primals, tangents):
     a, rtol = primals
     da = tangents[0]
@@ -173,6 +185,7 @@ def norm(x, ord=None, axis=None, keepdims=False, *, mesh=None, spec=None,  # noq
     return jnp.expand_dims(y, axes) if keepdims else y
 
 
+@numpy_rules.default_rules
 def matrix_norm(x, /, *, keepdims=False, ord="fro", mesh=None, spec=None,  # noqa: A002
                 backend="auto"):
     """The norm of each matrix x[..., :, :], like ``jnp.linalg.matrix_norm``."""
@@ -226,6 +239,7 @@ def matrix_power(a, n, *, mesh=None, spec=None, backend="auto"):
         square = square @ square
 
 
+@numpy_rules.default_rules
 def tensorinv(a, ind=2, *, mesh=None, spec=None, backend="auto"):
     """The inverse of a with respect to tensordot over its first `ind` axes,
     like ``jnp.linalg.tensorinv``: shape a.shape[ind:] + a.shape[:ind]."""
@@ -243,6 +257,7 @@ def tensorinv(a, ind=2, *, mesh=None, spec=None, backend="auto"):
     return _reshape(inverse, cols + rows)
 
 
+@numpy_rules.default_rules
 def tensorsolve(a, b, axes=None, *, mesh=None, spec=None, backend="auto"):
     """x with tensordot(a, x, x.ndim) == b, like ``jnp.linalg.tensorsolve``;
     `axes` of a are moved to its end first."""

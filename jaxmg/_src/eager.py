@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P
 
-from jaxmg._src import placement
+from jaxmg._src import numpy_rules, placement
 
 
 def returns_ready_on_cpus(routine):
@@ -46,6 +46,7 @@ def returns_ready_on_cpus(routine):
     first = next(iter(signature.parameters))
 
     @functools.wraps(routine)
+    @numpy_rules.default_rules
     def call(*args, **kwargs):
         leaves = jax.tree_util.tree_leaves((args, kwargs))
         layout = _names_a_layout(args, kwargs)

@@ -19,6 +19,7 @@ from jaxmg._src import (
     cholesky,
     dispatch,
     failures,
+    numpy_rules,
     peer_calls,
     plans,
     sharding,
@@ -303,6 +304,7 @@ def _eigh(layout, a):
 
 
 @_eigh.defjvp
+@numpy_rules.default_rules
 def _eigh_jvp(layout, primals, tangents):
     # The standard eigenvector derivative, as jnp.linalg.eigh differentiates
     # (degenerate eigenvalues give the same non-finite terms there).
@@ -329,6 +331,7 @@ def _eigvalsh(layout, a):
 
 
 @_eigvalsh.defjvp
+@numpy_rules.default_rules
 def _eigvalsh_jvp(layout, primals, tangents):
     (w, _, info), (dw, _, _) = jax.jvp(functools.partial(_eigh, layout), primals, tangents)
     return (w, info), (dw, np.zeros(info.shape, dtype=jax.dtypes.float0))

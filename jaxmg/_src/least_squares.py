@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, failures, sharding
+from jaxmg._src import arguments, batching, dispatch, failures, numpy_rules, sharding
 from jaxmg._src.eager import one_program, returns_ready_on_cpus
 from jaxmg._src.engines import mp, native
 from jaxmg._src.placement import resolve_placement
@@ -143,6 +143,7 @@ def _mp_lstsq(a, b, rcond, placement):
 
 
 @_mp_lstsq.defjvp
+@numpy_rules.default_rules
 def _mp_lstsq_jvp(placement, primals, tangents):
     # For a of full rank. Tall: the normal equations' derivative,
     # A^H A dx = dA^H (b - A x) + A^H (db - dA x), with A^H A = R^H R. Wide:
@@ -198,6 +199,7 @@ class _NotGiven:
 _NOT_GIVEN = _NotGiven()
 
 
+@numpy_rules.default_rules
 def qr(a, mode=_MODE_NOT_GIVEN, *, pivoting=_NOT_GIVEN, overwrite_a=_NOT_GIVEN,
        lwork=_NOT_GIVEN, check_finite=_NOT_GIVEN, mesh=None, spec=None, backend="auto",
        return_info=False):

@@ -21,6 +21,7 @@ from jaxmg._src import (
     batching,
     dispatch,
     failures,
+    numpy_rules,
     operators,
     peer_calls,
     sharding,
@@ -68,6 +69,7 @@ class LUFactor:
         pivots' rows at the same axis as lu's)."""
         return factor_on_devices(self, self.layout.placement, "lu", ("lu", "piv", "a"))
 
+    @numpy_rules.default_rules
     def __iter__(self):
         """Unpacks as jax.scipy's ``(lu, piv)``: P A = L U with L (unit
         diagonal) and U in one (N, N) matrix, rows sharded, and the 0-based
@@ -294,7 +296,7 @@ def _inverse_without_gathers(a):
     element of a batch sharded on explicit mesh axes, where vmap refuses the
     row gather of an LU solve (jax.numpy.linalg.inv's too, jax 0.10)."""
     lu_, _, perm = jax.lax.linalg.lu(a)
-    p = (perm[:, None] == jnp.arange(a.shape[0])).astype(a.dtype)
+    p = (perm[:, None] == jnp.arange(a.shape[0])[None, :]).astype(a.dtype)
     y = jax.lax.linalg.triangular_solve(lu_, p, left_side=True, lower=True, unit_diagonal=True)
     x = jax.lax.linalg.triangular_solve(lu_, y, left_side=True, lower=False)
     diagonal = jnp.diagonal(lu_)
@@ -429,6 +431,7 @@ def _lu_slogdet(layout, a, lu_, piv, info):
 
 
 @_lu_slogdet.defjvp
+@numpy_rules.default_rules
 def _lu_slogdet_jvp(layout, primals, tangents):
     a, lu_, piv, info = primals
     da = sharding.constrain_result(tangents[0], layout.placement, layout.row_spec)
@@ -473,6 +476,7 @@ def _jax_form(layout, a, lu_, piv):
 
 
 @_jax_form.defjvp
+@numpy_rules.default_rules
 def _jax_form_jvp(layout, primals, tangents):
     a, lu_, piv = primals
     lu_j, piv_j = _jax_form(layout, a, lu_, piv)
@@ -500,6 +504,7 @@ def _plu_core(layout, a):
 
 
 @_plu_core.defjvp
+@numpy_rules.default_rules
 def _plu_jvp(layout, primals, tangents):
     # P A = L U: L^-1 P dA U^-1 = L^-1 dL + dU U^-1, a strictly lower plus an
     # upper triangular part.
@@ -528,6 +533,7 @@ def _det_core(layout, a):
 
 
 @_det_core.defjvp
+@numpy_rules.default_rules
 def _det_jvp(layout, primals, tangents):
     # d det A = sum(M * dA) with M = adj(A)^T, which is det(A) A^-T where A is
     # invertible; at a singular A, JAX's own rule (cofactors from its LU) on

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, dispatch, peer_calls, sharding
+from jaxmg._src import arguments, dispatch, numpy_rules, peer_calls, sharding
 from jaxmg._src.engines import native
 from jaxmg._src.placement import Placement, inside_shard_map, resolve_placement
 
@@ -141,6 +141,7 @@ def _differentiable(blocks, fallback):
         return out, status[0]
 
     @routine.defjvp
+    @numpy_rules.default_rules
     def _(primals, tangents):
         return jax.jvp(with_status, primals, tangents)
 

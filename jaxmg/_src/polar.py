@@ -16,7 +16,16 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, batching, dispatch, eigh, failures, peer_calls, sharding
+from jaxmg._src import (
+    arguments,
+    batching,
+    dispatch,
+    eigh,
+    failures,
+    numpy_rules,
+    peer_calls,
+    sharding,
+)
 from jaxmg._src.eager import returns_ready_on_cpus
 from jaxmg._src.engines import base, mp, native
 from jaxmg._src.placement import inside_shard_map, resolve_placement
@@ -259,6 +268,7 @@ def _zero_info(info):
 
 
 @_mp_polar.defjvp
+@numpy_rules.default_rules
 def _mp_polar_jvp(placement, primals, tangents):
     # From dX = dU H + U dH with U^H dU = W anti-Hermitian: W H + H W =
     # U^H dX - dX^H U, solved where H = V diag(s) V^H is diagonal; then
@@ -365,6 +375,7 @@ def svd(a, full_matrices=True, compute_uv=True, hermitian=False, subset_by_index
     return (*out[:3], out[3]) if return_info else SVDResult(*out[:3])
 
 
+@numpy_rules.default_rules
 def gesvd(a, T_A=None, mesh=None, matrix_specs=None, *, in_specs=None, compute_u=True,  # noqa: N803
           compute_vh=True, full_matrices=False, return_status=False, pad=True, donate=False,
           backend="auto"):
@@ -476,11 +487,12 @@ def _mp_svd_tall(x, placement):
     s = jnp.abs(w)[order]
     v = v[:, order]
     sign = jnp.where(w[order] < 0, -1, 1).astype(x.dtype)
-    u = _mm(u_p, v, placement, P(placement.axis, None)) * sign
+    u = _mm(u_p, v, placement, P(placement.axis, None)) * sign[None, :]
     return u, s, v, info
 
 
 @_mp_svd_tall.defjvp
+@numpy_rules.default_rules
 def _mp_svd_tall_jvp(placement, primals, tangents):
     # With dP = U^H dX V: ds = Re diag(dP); U^H dU and V^H dV off the
     # diagonal from dP S + S dP^H and S dP + dP^H S over s_j^2 - s_i^2; on it,

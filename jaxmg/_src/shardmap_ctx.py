@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxmg._src import arguments, padded_blocks, peer_calls, sharding
+from jaxmg._src import arguments, numpy_rules, padded_blocks, peer_calls, sharding
 from jaxmg._src.cholesky import potri, potrs
 from jaxmg._src.eigh import syevd
 from jaxmg._src.engines import base, mg
@@ -36,6 +36,7 @@ from jaxmg._src.placement import inside_shard_map
 from jaxmg._src.polar import gesvd
 
 
+@numpy_rules.default_rules
 def potrs_shardmap_ctx(a, b, T_A, *args, **kwargs):  # noqa: N803 (JAXMg's names)
     """Inside shard_map, ``(a, b, T_A, pad=True)``: (x, status), x solving
     A x = b on every device (b: all of its rows, or this device's); status
@@ -65,6 +66,7 @@ def _potrs_whole(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # n
     return _work(a), *out, status[None]
 
 
+@numpy_rules.default_rules
 def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
     """(a_inv, status): this device's rows of A^{-1}, all of it (where JAXMg
     returns its upper triangle, which potri_symmetrize completes: applied to
@@ -77,6 +79,7 @@ def potri_shardmap_ctx(a, T_A, pad=True):  # noqa: N803
     return inverse, peer_calls.cusolver_status(info[None])
 
 
+@numpy_rules.default_rules
 def syevd_shardmap_ctx(a, T_A, *args, **kwargs):  # noqa: N803
     """Inside shard_map, ``(a, T_A, return_eigenvectors=True, pad=True)``:
     (w, vh, status), or (w, status) without eigenvectors: all eigenvalues in
@@ -109,6 +112,7 @@ def _syevd_whole(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa
     return _work(a), *out, status[None]
 
 
+@numpy_rules.default_rules
 def lu_solve_shardmap_ctx(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
                           pad=True):
     """JAXMg 1.x's, outside shard_map: (a_work, x, status), x solving
@@ -120,6 +124,7 @@ def lu_solve_shardmap_ctx(a, b, T_A, mesh=None, matrix_specs=None, *, in_specs=N
     return _work(a), x, status[None]
 
 
+@numpy_rules.default_rules
 def gesvd_shardmap_ctx(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  # noqa: N803
                        compute_u=True, compute_vh=True, full_matrices=False, pad=True):
     """JAXMg 1.x's, outside shard_map: (a_work, u, s, vh, status), less u or
@@ -131,6 +136,7 @@ def gesvd_shardmap_ctx(a, T_A, mesh=None, matrix_specs=None, *, in_specs=None,  
     return _work(a), *out, status[None]
 
 
+@numpy_rules.default_rules
 def potri_symmetrize(a):
     """The Hermitian matrix whose upper triangle a holds (laid out as a)."""
     a = arguments.as_array(a, "a")

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
-from jaxmg._src import arguments, failures, sharding
+from jaxmg._src import arguments, failures, numpy_rules, sharding
 from jaxmg._src.placement import explicit_spec, resolve_placement
 from jaxmg._src.mixed import precision
 from jaxmg._src.mixed import blocks as blk, cholesky as chol, hermitian, lu as lum, normal, placement
@@ -141,6 +141,7 @@ class MixedFactor:
         """A's dtype (float64 or complex128), which solves promote b to."""
         return self.a.dtype
 
+    @numpy_rules.default_rules
     def __iter__(self):
         """Refused: jax.scipy's (c, lower) or (lu, piv) would be float64
         factors, which a mixed factor does not hold."""
@@ -287,6 +288,7 @@ def _read(a, upper: bool, rows: placement.Rows):
 
 
 @_read.defjvp
+@numpy_rules.default_rules
 def _read_jvp(upper, rows, primals, tangents):
     # the tangent placed as the primal is (a padded a's tangent is not yet)
     return _read(primals[0], upper, rows), _row_placed(tangents[0], rows=rows)

@@ -183,8 +183,8 @@ def refine(matvec, precondition, b, anorm, row_floor, opts: Options, *, start_ok
 
 def column_scale(b):
     """Per column, 2^(1 - e) for max_i |b_ij| = m 2^e, 1/2 <= m < 1; 1 where
-    the column is 0 or not finite."""
-    big = jnp.max(jnp.abs(b), axis=0)
+    the column is 0 or not finite. A row (1, K), as b's columns broadcast."""
+    big = jnp.max(jnp.abs(b), axis=0, keepdims=True)
     ok = jnp.isfinite(big) & (big > 0)
     _, e = jnp.frexp(jnp.where(ok, big, 1))
     return jnp.where(ok, jnp.ldexp(jnp.ones_like(big), 1 - e), 1)

@@ -240,7 +240,7 @@ def _refine_body(a, factor, factor_info, norms, b, *, kind, cfg, opts, fallback,
             x64, info = _spd_fallback(a, b, anorm, row_floor, rows, cfg, factor_info, matvec, triangle)
         else:
             x64, info = _general_fallback(a, b, anorm, row_floor, rows, cfg, factor_info, matvec, adjoint)
-        x = jnp.where(converged, x, x64)
+        x = jnp.where(converged[None, :], x, x64)
         s = rf.column_scale(b).astype(b.dtype)  # as refine measures it: no subnormal residual
         return x, rf.backward_error(b * s - matvec(x * s), x * s, b * s, anorm), info
 
