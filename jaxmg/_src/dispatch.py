@@ -220,13 +220,13 @@ def _machines(placement: Placement) -> int:
 JAX_PRIMITIVE = {"potrs": "cholesky", "potri": "cholesky", "getrf": "lu", "syevd": "eigh"}
 
 
-def matrix_layout(a, routine: str, tile_size, mesh, spec, backend) -> base.Layout:
+def matrix_layout(a, routine: str, tile_size, mesh, spec, backend, others=()) -> base.Layout:
     """The checks of a square matrix argument of the jax.scipy-style API, then
-    its layout."""
+    its layout (others: as resolve_placement takes them)."""
     arguments.check_rank2(a, "a")
     arguments.check_dtype(a, "a", JAX_PRIMITIVE[routine])
     tile = arguments.check_tile(tile_size)
-    placement = resolve_placement(a, mesh, spec, "a")
+    placement = resolve_placement(a, mesh, spec, "a", others=others)
     n = check_square(a, placement, "a")
     return layout(routine, n, placement, tile, backend, jnp.dtype(a.dtype).itemsize)
 

@@ -72,7 +72,7 @@ def solve(a, b, lower=False, overwrite_a=False, overwrite_b=False, debug=False,
         return _solve_mixed(a, b, lower, pos, tile_size, mesh, spec, backend, on_failure,
                             return_info)
     layout = dispatch.matrix_layout(a, "potrs" if pos else "getrf", tile_size, mesh, spec,
-                                    backend)
+                                    backend, others=(b,))
     b = operators.as_rhs(b, layout.n)
     arguments.check_same_dtype(b, a.dtype)
     b_sharded = operators.is_row_sharded(b, layout.placement)

@@ -291,11 +291,13 @@ def context_concrete_mesh():
 
 
 def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
-                      row_blocks: bool = False) -> Placement:
+                      row_blocks: bool = False, others=()) -> Placement:
     """Reads the mesh and row axis from the arguments, a's sharding or the
     context. Inside the caller's shard_map (or pmap) a is a device's block of
     rows where `row_blocks` (potrs, potri, syevd), else the device's own
-    matrix, solved where it lies as jax.scipy solves it there."""
+    matrix, solved where it lies as jax.scipy solves it there. `others`: the
+    operands solved with a (b), which make the call one of a batch's too
+    where vmap maps them over a sharded axis (the mesh axes are the batch's)."""
     if spec is not None:
         _check_spec(spec, name)
     abstract = _context_mesh()
@@ -303,7 +305,7 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
         _check_on_context_mesh(a, name)
     if row_blocks and abstract is not None and abstract.manual_axes:
         return _manual_placement(abstract, mesh, spec, name)
-    if whole_on_its_devices(a):
+    if whole_on_its_devices(a) or any(map(whole_on_its_devices, others)):
         return BATCH_ELEMENT
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working

@@ -78,7 +78,7 @@ def solve_triangular(a, b, trans=0, lower=False, unit_diagonal=False, overwrite_
         fn = functools.partial(solve_triangular, trans=code, lower=lower,
                                unit_diagonal=unit_diagonal, mesh=mesh, spec=spec, backend=backend)
         return batching.broadcast_map(fn, (a, b), (2, 1 if vector else 2))
-    placement = resolve_placement(a, mesh, spec, "a")
+    placement = resolve_placement(a, mesh, spec, "a", others=(b,))
     return triangular_solve(a, b, placement, lower=lower, trans=code,
                             unit_diagonal=unit_diagonal, whole=backend == "jax")
 
