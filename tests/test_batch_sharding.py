@@ -288,3 +288,41 @@ def test_vmap_over_right_hand_sides_sharded_along_the_batch(rng, name, kind, jit
     assert_close(name, got, jax.vmap(theirs, in_axes=(None, 0))(a, b), np.float64)
     if kind == "explicit":
         assert got.sharding.spec[0] == "i", got.sharding
+
+
+SAME_B_EVERYWHERE = {
+    "solve": (general, lambda a, b: mnl.solve(a, b), lambda a, b: jnp.linalg.solve(a, b)),
+    # JAX's own "pos" solve has no derivative here (pvary of a varying b, jax 0.10).
+    "solve-pos": (spd, lambda a, b: msl.solve(a, b, assume_a="pos"),
+                  lambda a, b: jnp.linalg.solve(a, b)),
+    "lu_solve": (general, lambda a, b: msl.lu_solve(msl.lu_factor(a), b),
+                 lambda a, b: jsl.lu_solve(jsl.lu_factor(a), b)),
+    "cho_solve": (spd, lambda a, b: msl.cho_solve(msl.cho_factor(a), b),
+                  lambda a, b: jsl.cho_solve(jsl.cho_factor(a), b)),
+    "solve_triangular": (general, lambda a, b: msl.solve_triangular(a, b, lower=True),
+                         lambda a, b: jsl.solve_triangular(a, b, lower=True)),
+}
+
+
+@pytest.mark.parametrize("derivative", [False, True], ids=["value", "grad"])
+@pytest.mark.parametrize("name", list(SAME_B_EVERYWHERE))
+def test_each_devices_matrix_against_one_b_inside_shard_map(rng, name, derivative):
+    """Inside a shard_map each device solves its own matrix against a b that
+    is the same on every device (in_specs P()): JAX's solves take b only typed
+    as varying like the matrix, which jaxmg's solves failed on (and the
+    derivatives of its factor solves)."""
+    make, ours, theirs = SAME_B_EVERYWHERE[name]
+    mesh = mesh_of("explicit")
+    a = make(rng, np.float64)[:2]
+    b = rhs(rng, np.float64)[0, :, 0]
+
+    def run(solve):
+        value = lambda m, v: solve(m, v)  # noqa: E731
+        if derivative:
+            value = jax.grad(lambda m, v: jnp.sum(solve(m, v) ** 2))
+        body = jax.shard_map(lambda m, v: value(m[0], v)[None], mesh=mesh,
+                             in_specs=(P("i"), P()), out_specs=P("i"))
+        placed = jax.device_put(a, NamedSharding(mesh, P("i")))
+        return np.asarray(jax.jit(body)(placed, jax.device_put(b, NamedSharding(mesh, P()))))
+
+    np.testing.assert_allclose(run(ours), run(theirs), rtol=1e-10, atol=1e-12)

@@ -224,7 +224,26 @@ def promote(*named, lists: bool = False):
     # become float32 silently, as in JAX.
     with numpy_rules.callers_dtype_promotion():
         dtype = _inexact_dtype(jnp.result_type(*arrays))
-    return tuple(x if x.dtype == dtype else x.astype(dtype) for x in arrays)
+    return varying_alike(*(x if x.dtype == dtype else x.astype(dtype) for x in arrays))
+
+
+def varying_alike(*arrays):
+    """The arrays, each typed as varying over every manual mesh axis one of
+    them varies over: inside a shard_map, a b the same on every device (in_specs
+    P(), or closed over) beside each device's own matrix, which JAX's solves
+    (custom_linear_solve, their derivatives) take only typed alike."""
+    vma = [_varying_axes(x) for x in arrays]
+    every = frozenset().union(*vma)
+    return tuple(x if v == every else jax.lax.pcast(x, tuple(sorted(every - v)), to="varying")
+                 for x, v in zip(arrays, vma))
+
+
+def _varying_axes(x) -> frozenset:
+    """The manual mesh axes x's type varies over (jax 0.10 to 0.12 keep them
+    in its manual axis type; earlier releases as vma)."""
+    aval = jax.typeof(x)
+    mat = getattr(aval, "mat", None)
+    return frozenset(getattr(mat, "varying", None) or getattr(aval, "vma", ()) or ())
 
 
 def solve_dtype(b, dtype) -> np.dtype:

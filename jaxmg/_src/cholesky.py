@@ -250,6 +250,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     if isinstance(f, (mixed_api.MixedFactor, CholeskyFactor)):
         f = f.on_devices()
         b, dtype = arguments.as_array(b, "b"), f.dtype
+        b = arguments.varying_alike(b, *jax.tree.leaves(f))[0]
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: cho_solve(f, r), b, dtype)
         mixed = isinstance(f, mixed_api.MixedFactor)

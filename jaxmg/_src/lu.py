@@ -164,6 +164,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     if isinstance(f, (mixed_api.MixedFactor, LUFactor)):
         f = f.on_devices()
         b, dtype = arguments.as_array(b, "b"), f.dtype
+        b = arguments.varying_alike(b, *jax.tree.leaves(f))[0]
         if b.dtype != dtype:
             return operators.solve_promoted(lambda r: lu_solve(f, r, trans), b, dtype)
         mixed = isinstance(f, mixed_api.MixedFactor)
