@@ -326,3 +326,23 @@ def test_each_devices_matrix_against_one_b_inside_shard_map(rng, name, derivativ
         return np.asarray(jax.jit(body)(placed, jax.device_put(b, NamedSharding(mesh, P()))))
 
     np.testing.assert_allclose(run(ours), run(theirs), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["eigh", "eigvalsh", "inv-pos", "inv", "det", "slogdet",
+                                  "cholesky", "cho_logdet"])
+def test_derivatives_of_each_devices_matrix_inside_shard_map(rng, name):
+    """grad inside a shard_map, each device its own matrix: the zero tangents
+    of jaxmg's integer outputs (info, pivots) are typed as varying like their
+    values, as JAX's differentiation there checks; they were not."""
+    (make,), ours, theirs = ROUTINES[name]
+    mesh = mesh_of("explicit")
+    a = make(rng, np.float64)[:2]
+
+    def run(fn):
+        loss = lambda m: sum(jnp.sum(jnp.abs(x)) for x in jax.tree.leaves(fn(m))  # noqa: E731
+                             if jnp.issubdtype(x.dtype, jnp.inexact))
+        body = jax.shard_map(lambda m: jax.grad(loss)(m[0])[None], mesh=mesh,
+                             in_specs=P("i"), out_specs=P("i"))
+        return np.asarray(jax.jit(body)(jax.device_put(a, NamedSharding(mesh, P("i")))))
+
+    np.testing.assert_allclose(run(ours), run(theirs), rtol=1e-9, atol=1e-10)

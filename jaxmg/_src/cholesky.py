@@ -659,7 +659,7 @@ def _spd_inverse_jvp(layout, primals, tangents):
     y, info = _spd_inverse(layout, a)
     rows = P(placement.axis, None)
     dy = -sharding.matmul(sharding.matmul(y, da, placement, rows), y, placement, rows)
-    return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
+    return (y, info), (dy, jax.custom_derivatives.zero_from_primal(info))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1))

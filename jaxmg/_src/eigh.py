@@ -321,7 +321,7 @@ def _eigh_jvp(layout, primals, tangents):
     # diag(V^H dA V) column by column: no gather across the sharded rows.
     dw = sharding.constrain(jnp.real(jnp.sum(jnp.conj(v) * da_v, axis=0)), placement, P())
     dv = sharding.matmul(v, f.astype(v.dtype) * vdag_da_v, placement, cols)
-    return (w, v, info), (dw, dv, np.zeros(info.shape, dtype=jax.dtypes.float0))
+    return (w, v, info), (dw, dv, jax.custom_derivatives.zero_from_primal(info))
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
@@ -334,7 +334,7 @@ def _eigvalsh(layout, a):
 @numpy_rules.default_rules
 def _eigvalsh_jvp(layout, primals, tangents):
     (w, _, info), (dw, _, _) = jax.jvp(functools.partial(_eigh, layout), primals, tangents)
-    return (w, info), (dw, np.zeros(info.shape, dtype=jax.dtypes.float0))
+    return (w, info), (dw, jax.custom_derivatives.zero_from_primal(info))
 
 
 def _syevd_result(a, *, layout, vectors, with_info):

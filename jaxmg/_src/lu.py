@@ -482,7 +482,7 @@ def _jax_form_jvp(layout, primals, tangents):
     a, lu_, piv = primals
     lu_j, piv_j = _jax_form(layout, a, lu_, piv)
     _, _, dl, du = _lu_tangent(lu_j, piv_j, tangents[0], layout)
-    return (lu_j, piv_j), (dl + du, np.zeros(piv_j.shape, dtype=jax.dtypes.float0))
+    return (lu_j, piv_j), (dl + du, jax.custom_derivatives.zero_from_primal(piv_j))
 
 
 def _permutation_matrix(piv, n, dtype, layout):
@@ -562,7 +562,7 @@ def _det_jvp(layout, primals, tangents):
     # explicit sharding wants alike on every side.
     m = jax.lax.cond(whole(info == 0), invertible, singular, whole(a))
     dy = jnp.sum(m * whole(da))
-    return (y, info), (dy, np.zeros(info.shape, dtype=jax.dtypes.float0))
+    return (y, info), (dy, jax.custom_derivatives.zero_from_primal(info))
 
 
 def _det_result(layout, a):
