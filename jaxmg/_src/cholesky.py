@@ -33,7 +33,7 @@ from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import (BATCH_ELEMENT, check_square, eager_key, factor_on_devices,
-                                  resolve_placement)
+                                  resolve_placement, whole_on_its_devices)
 
 
 @functools.partial(
@@ -260,6 +260,8 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
             return batching.factor_solve_map(cho_solve, f, b, nd, n, "cho_solve")
         if mixed:
             return mixed_api.solve_with(f, b, kind="spd")[0]
+        if sharding.is_explicit(f.layout.placement) and whole_on_its_devices(b):
+            raise operators.FactorUnderShardedVmap("cho_solve", "c_and_lower")
         return _solve_with(f, b, triangle_read=True)
     if not isinstance(f, (tuple, list)) or len(f) != 2:
         raise TypeError(
@@ -277,7 +279,7 @@ def cho_solve(c_and_lower, b, overwrite_b=False, check_finite=True):
     arguments.check_square_matrices(c, "cho_solve", "c")
     b = operators.as_rhs(b, c.shape[0])
     arguments.check_same_dtype(b, c.dtype, other="c")
-    placement = resolve_placement(c, None, None, "c")
+    placement = resolve_placement(c, None, None, "c", others=(b,))
     # A = L L^H: L y = b, then L^H x = y (U^H U likewise, the other way round).
     first, second = (0, 2) if lower else (2, 0)
     y = triangular.triangular_solve(c, b, placement, lower=lower, trans=first,

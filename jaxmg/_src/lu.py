@@ -175,6 +175,8 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
             return batching.factor_solve_map(fn, f, b, nd, n, "lu_solve")
         if mixed:
             return mixed_api.solve_with(f, b, trans, kind="general")[0]
+        if sharding.is_explicit(f.layout.placement) and whole_on_its_devices(b):
+            raise operators.FactorUnderShardedVmap("lu_solve", "lu_and_piv")
         b = operators.as_rhs(onto_mesh(b, f.layout.placement.mesh), f.layout.n)
         return _lu_solve(f, b, trans=trans,
                          b_sharded=operators.is_row_sharded(b, f.layout.placement))
@@ -195,7 +197,7 @@ def lu_solve(lu_and_piv, b, trans=0, overwrite_b=False, check_finite=True):
     arguments.check_square_matrices(lu_, "lu_solve", "lu")
     b = operators.as_rhs(b, lu_.shape[0])
     arguments.check_same_dtype(b, lu_.dtype, other="lu")
-    placement = resolve_placement(lu_, None, None, "lu")
+    placement = resolve_placement(lu_, None, None, "lu", others=(b,))
     return _solve_with_matrices(lu_, piv, b, placement, trans)
 
 

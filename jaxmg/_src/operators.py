@@ -131,3 +131,17 @@ def solve_promoted(solve, b, dtype):
         x_re, x_im = solve(jnp.real(b).astype(dtype)), solve(jnp.imag(b).astype(dtype))
         return jax.lax.complex(x_re, x_im).astype(wide)
     return solve(b.astype(dtype)).astype(wide)
+
+
+class FactorUnderShardedVmap(ValueError):
+    """A factor spread over mesh axes, solved under a vmap whose right-hand
+    sides are sharded over those axes: the vmap holds them, and the factor's
+    engine layout needs them."""
+
+    def __init__(self, routine: str, pair: str):
+        super().__init__(
+            f"jaxmg.{routine}: b is one of a batch sharded along its batch axis over the mesh "
+            f"axes this factor is spread over (a vmap over right-hand sides), where the factor's "
+            f"own solves cannot run. Unpack the factor before the vmap, {pair} = tuple(factor), "
+            f"and vmap {routine}({pair}, b): JAX's solves then run where each b lies; or pass "
+            f"the right-hand sides as the columns of one b, without vmap")
