@@ -263,10 +263,6 @@ def _mp_polar(x, placement):
     return u, h, info
 
 
-def _zero_info(info):
-    return jax.custom_derivatives.zero_from_primal(info)
-
-
 @_mp_polar.defjvp
 @numpy_rules.default_rules
 def _mp_polar_jvp(placement, primals, tangents):
@@ -285,7 +281,7 @@ def _mp_polar_jvp(placement, primals, tangents):
     dh = _hermitian(udx - _mm(w, h))
     h_inv = _mm(v / s.astype(x.dtype)[None, :], vh)
     du = _mm(u, w, placement, rows) + _mm(dx - _mm(u, udx, placement, rows), h_inv, placement, rows)
-    return (u, h, info), (du, dh, _zero_info(info))
+    return (u, h, info), (du, dh, jax.custom_derivatives.zero_from_primal(info))
 
 
 def _mp_eigh(h, placement):
@@ -516,4 +512,4 @@ def _mp_svd_tall_jvp(placement, primals, tangents):
     omega_v = f * (sc[:, None] * dp + _ct(dp) * sc[None, :])
     du = _mm(u, omega_u, placement, rows) + (dxv - _mm(u, dp, placement, rows)) / sc[None, :]
     dv = _mm(v, omega_v)
-    return (u, s, v, info), (du, ds, dv, _zero_info(info))
+    return (u, s, v, info), (du, ds, dv, jax.custom_derivatives.zero_from_primal(info))

@@ -241,7 +241,8 @@ def _panel(c, o: int, w: int, cfg: blk.Config, rows: placement.Rows, failure):
         l21 = rows.map_rows(_right_solve_adjoint, rest, l11)
     else:
         scaled, powers = blk.rows_in_range(inv)  # L21 = C21 inv^H = (C21 (S inv)^H) S^-1
-        l21 = blk.update_product(rest, scaled, cfg, adjoint_y=True) * (1 / powers)[None, :].astype(rest.dtype)
+        l21 = blk.update_product(rest, scaled, cfg, adjoint_y=True)
+        l21 = l21 * (1 / powers)[None, :].astype(rest.dtype)
     if rows.sharded:
         l21 = jnp.where(rows.row_index(0, c.shape[0]) >= o + w, l21, jnp.zeros((), l21.dtype))
     return l11, inv, rows.rows(l21), failure
