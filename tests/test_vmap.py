@@ -2,7 +2,8 @@
 jitted call (and jit of vmap), of jax.grad, and of the factor pytrees; every
 batched result equals the per-example calls (and NumPy). Batched A has shape
 (batch, N, N) placed P(None, "x", None). Also jaxmg calls inside
-jax.lax.scan and fori_loop (one call site running several iterations)."""
+jax.lax.scan and fori_loop (one call site running several iterations), and
+factors as lax.cond branches and loop carries."""
 
 import jax
 import jax.numpy as jnp
@@ -278,3 +279,57 @@ def test_fori_loop(rng):
     x = jax.lax.fori_loop(0, 12, body, helpers.replicated(np.ones(N) / np.sqrt(N), mesh))
     v0 = np.linalg.eigh(a)[1][:, 0]
     assert abs(abs(float(np.dot(np.asarray(x), v0))) - 1.0) <= 1e-8
+
+
+# ---- factors as lax.cond branches and loop carries ----------------------------------------------
+
+FACTORS = {"lu": (jaxmg.lu_factor, jaxmg.lu_solve), "cho": (jaxmg.cho_factor, jaxmg.cho_solve)}
+
+
+def _factor_placements():
+    yield "one_device", lambda a: jnp.asarray(a)
+    for kind in (jax.sharding.AxisType.Auto, jax.sharding.AxisType.Explicit):
+        def put(a, kind=kind):
+            mesh = jax.make_mesh((2,), ("x",), axis_types=(kind,), devices=helpers.devices(2))
+            return jax.device_put(a, NamedSharding(mesh, P("x", None)))
+        yield f"rows_{kind.name}", put
+
+
+@pytest.mark.parametrize("place", [p for _, p in _factor_placements()],
+                         ids=[name for name, _ in _factor_placements()])
+@pytest.mark.parametrize("routine", FACTORS)
+def test_factor_of_a_concrete_and_a_traced_matrix_share_a_structure(rng, routine, place):
+    """A factor of a closed-over (concrete) matrix and one of a traced matrix
+    meet as lax.cond branches and as scan / while_loop carries, which need
+    one pytree structure, as jax.scipy's (lu, piv) / (c, lower) tuples have."""
+    factor, solve = FACTORS[routine]
+    a0 = helpers.spd(rng, N, np.float64)
+    a = place(a0)
+    b = rng.standard_normal(N)
+
+    chosen = jax.lax.cond(False, lambda: factor(a), lambda: factor(2 * a))
+    np.testing.assert_allclose(solve(chosen, b), np.linalg.solve(2 * a0, b), rtol=1e-10)
+
+    in_jit = jax.jit(lambda p: solve(jax.lax.cond(p, lambda: factor(a), lambda: factor(2 * a)), b))
+    np.testing.assert_allclose(in_jit(True), np.linalg.solve(a0, b), rtol=1e-10)
+
+    last, _ = jax.lax.scan(lambda f, s: (factor(a * s), None), factor(a), jnp.array([2.0, 3.0]))
+    np.testing.assert_allclose(solve(last, b), np.linalg.solve(3 * a0, b), rtol=1e-10)
+
+    _, looped = jax.lax.while_loop(lambda c: c[0] < 2, lambda c: (c[0] + 1, factor(a * (c[0] + 2.0))),
+                                   (0, factor(a)))
+    np.testing.assert_allclose(solve(looped, b), np.linalg.solve(3 * a0, b), rtol=1e-10)
+
+
+def test_a_jitted_solve_serves_factors_on_other_devices(rng):
+    """Factors of the same mesh shape on other devices compare unequal as
+    static data: one jitted solve traces each, and solves on its devices."""
+    a0 = helpers.spd(rng, N, np.float64)
+    b = rng.standard_normal(N)
+    solve = jax.jit(jaxmg.lu_solve)
+    for first in (0, 2):
+        mesh = helpers.mesh(2, first=first)
+        f = jaxmg.lu_factor(helpers.rows(a0, mesh))
+        x = solve(f, helpers.replicated(b, mesh))
+        np.testing.assert_allclose(x, np.linalg.solve(a0, b), rtol=1e-10)
+        assert x.sharding.device_set == set(mesh.devices.flat)

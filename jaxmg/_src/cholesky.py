@@ -20,6 +20,7 @@ from jaxmg._src import (
     arguments,
     batching,
     dispatch,
+    factor_pytree,
     failures,
     numpy_rules,
     operators,
@@ -36,11 +37,7 @@ from jaxmg._src.placement import (BATCH_ELEMENT, check_square, eager_key, factor
                                   resolve_placement, whole_on_its_devices)
 
 
-@functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=("factor", "a", "info"),
-    meta_fields=("layout", "lower"),
-)
+@factor_pytree.register(data_fields=("factor", "a", "info"), meta_fields=("layout", "lower"))
 @dataclasses.dataclass(frozen=True)
 class CholeskyFactor:
     """The result of :func:`jaxmg.cho_factor`; pass it to :func:`jaxmg.cho_solve`.

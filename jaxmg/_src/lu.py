@@ -20,6 +20,7 @@ from jaxmg._src import (
     arguments,
     batching,
     dispatch,
+    factor_pytree,
     failures,
     numpy_rules,
     operators,
@@ -34,11 +35,7 @@ from jaxmg._src.engines.base import Layout
 from jaxmg._src.placement import factor_on_devices, resolve_placement, whole_on_its_devices
 
 
-@functools.partial(
-    jax.tree_util.register_dataclass,
-    data_fields=("lu", "piv", "a", "info"),
-    meta_fields=("layout",),
-)
+@factor_pytree.register(data_fields=("lu", "piv", "a", "info"), meta_fields=("layout",))
 @dataclasses.dataclass(frozen=True)
 class LUFactor:
     """The result of :func:`jaxmg.lu_factor`; pass it to :func:`jaxmg.lu_solve`.

@@ -112,6 +112,19 @@ UNPLACED = Placement(None, "rows", manual=False)
 BATCH_ELEMENT = Placement(None, "batch", manual=False)
 
 
+def traced_form(placement: Placement) -> Placement:
+    """The placement the same matrix has where it is traced (under jit, in
+    lax.cond branches and loop bodies): its mesh abstract, the devices left
+    to the arrays' shardings; UNPLACED for the one device an unsharded
+    concrete matrix lies on."""
+    mesh = placement.mesh
+    if not isinstance(mesh, Mesh):
+        return placement
+    if mesh.size == 1 and mesh.axis_names == ("rows",) and placement.axis == "rows":
+        return UNPLACED
+    return dataclasses.replace(placement, mesh=mesh.abstract_mesh)
+
+
 def check_square(a, placement: Placement, name: str = "a") -> int:
     """The global order N; inside shard_map `a` is a device's (N/n, N) block."""
     rows, cols = a.shape
