@@ -11,6 +11,8 @@ mesh; across processes the engines need the devices)."""
 
 from __future__ import annotations
 
+import functools
+
 import jax
 from jax.sharding import Mesh
 
@@ -39,6 +41,13 @@ class _Static:
         return repr(self.values)
 
 
+@functools.lru_cache(maxsize=1024)
+def _static(values: tuple) -> _Static:
+    """One _Static per value: flattening a factor (every jit call it enters)
+    then costs a lookup."""
+    return _Static(values)
+
+
 def register(data_fields: tuple[str, ...], meta_fields: tuple[str, ...]):
     """Class decorator, as jax.tree_util.register_dataclass; meta_fields[0]
     is the layout."""
@@ -48,11 +57,11 @@ def register(data_fields: tuple[str, ...], meta_fields: tuple[str, ...]):
 
         def flatten_with_keys(f):
             children = tuple((key, getattr(f, key.name)) for key in keys)
-            return children, _Static(tuple(getattr(f, name) for name in meta_fields))
+            return children, _static(tuple(getattr(f, name) for name in meta_fields))
 
         def flatten(f):
-            children = tuple(getattr(f, name) for name in data_fields)
-            return children, _Static(tuple(getattr(f, name) for name in meta_fields))
+            return [getattr(f, name) for name in data_fields], _static(
+                tuple(getattr(f, name) for name in meta_fields))
 
         def unflatten(static: _Static, children):
             values = dict(zip(meta_fields, static.values))
