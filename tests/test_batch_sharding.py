@@ -373,3 +373,42 @@ def test_one_factor_vmapped_over_right_hand_sides_sharded_along_the_batch(rng, n
             x = jax.vmap(lambda v: solve(f, v))(placed)
             np.testing.assert_allclose(np.asarray(x), np.linalg.solve(a, b.T).T, rtol=1e-10,
                                        atol=1e-12)
+
+
+CLOSED_OVER = {
+    "inv": (general, lambda L, a, v: L.inv(a) @ v),
+    "det": (general, lambda L, a, v: L.det(a) * v),
+    "slogdet": (general, lambda L, a, v: L.slogdet(a)[1] * v),
+    "eigvalsh": (spd, lambda L, a, v: L.eigvalsh(a) * v),
+    "eigh": (spd, lambda L, a, v: L.eigh(a)[0] * v),
+    "cholesky": (spd, lambda L, a, v: L.cholesky(a) @ v),
+    "pinv": (general, lambda L, a, v: L.pinv(a) @ v),
+    "svdvals": (general, lambda L, a, v: L.svd(a, compute_uv=False) * v),
+    "solve": (general, lambda L, a, v: L.solve(a, v)),
+    "solve-against-a-matrix": (general, lambda L, a, v: L.solve(a, a.T) @ v),
+}
+
+
+@pytest.mark.parametrize("jit", [False, True], ids=["eager", "jit"])
+@pytest.mark.parametrize("a_spec", [P(), P("i", None)], ids=["replicated", "rows"])
+@pytest.mark.parametrize("name", list(CLOSED_OVER))
+def test_a_closed_over_matrix_under_vmap_over_a_sharded_batch(rng, name, a_spec, jit):
+    """jax.vmap over vectors whose batch axis is sharded on Explicit axes,
+    with a matrix of no batch closed over (inv(a) @ v for each v): the vmap
+    holds the mesh axes, so no shard_map may use them, and each device takes
+    the whole matrix to JAX's solver; jaxmg spread it over them and failed.
+    JAX's own functions take the replicated matrix (and refuse sharded rows)."""
+    make, fn = CLOSED_OVER[name]
+    a0 = make(rng, np.float64)[0]
+    v0 = helpers.random_matrix(rng, 4, np.float64, N)
+    mesh = mesh_of("explicit")
+    with jax.set_mesh(mesh):
+        a, a_replicated = (jax.device_put(a0, NamedSharding(mesh, s)) for s in (a_spec, P()))
+        v = jax.device_put(v0, NamedSharding(mesh, P("i")))
+
+        def run(L, m):
+            mapped = lambda: jax.vmap(lambda w: fn(L, m, w))(v)  # noqa: E731
+            return np.asarray(jax.jit(mapped)() if jit else mapped())
+
+        np.testing.assert_allclose(run(mnl, a), run(jnp.linalg, a_replicated),
+                                   rtol=1e-10, atol=1e-10)

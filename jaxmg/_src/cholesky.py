@@ -524,6 +524,8 @@ _cholesky_donating = jax.jit(_cholesky_impl, static_argnames=("layout",), donate
 
 
 def factorise(a, layout: Layout, *, donate=False) -> CholeskyFactor:
+    if layout.placement is BATCH_ELEMENT:  # JAX's solver takes it whole; so do the solves
+        a = sharding.whole_element(a)
     factor, info = (_cholesky_donating if donate else _cholesky)(_no_grad(a), layout=layout)
     return CholeskyFactor(factor, None if donate else a, info, layout)
 
@@ -592,6 +594,8 @@ def _cho_solve_core(f: CholeskyFactor, b, b_sharded: bool, triangle_read: bool =
     as the matrix the factor stands for (cho_factor's, which reads one
     triangle of a), not as a itself (solve's, as jax.scipy.linalg.solve)."""
     plain = _no_grad_factor(f)
+    if f.layout.placement is BATCH_ELEMENT:  # typed as the whole matrix its solves take
+        b = sharding.whole_element(b)
 
     def solve(_, r):
         return solve_with_factor(plain, r, b_sharded)

@@ -32,7 +32,8 @@ from jaxmg._src.eager import onto_mesh, returns_ready_on_cpus
 from jaxmg._src.mixed import api as mixed_api
 from jaxmg._src.engines import mp
 from jaxmg._src.engines.base import Layout
-from jaxmg._src.placement import factor_on_devices, resolve_placement, whole_on_its_devices
+from jaxmg._src.placement import (BATCH_ELEMENT, factor_on_devices, resolve_placement,
+                                   whole_on_its_devices)
 
 
 @factor_pytree.register(data_fields=("lu", "piv", "a", "info"), meta_fields=("layout",))
@@ -347,6 +348,8 @@ _lu_donating = jax.jit(_lu_impl, static_argnames=("layout",), donate_argnums=0)
 
 
 def factorise(a, layout: Layout, *, donate=False) -> LUFactor:
+    if layout.placement is BATCH_ELEMENT:  # JAX's solver takes it whole; so do the solves
+        a = sharding.whole_element(a)
     lu_, piv, info = (_lu_donating if donate else _lu)(_no_grad(a), layout=layout)
     return LUFactor(lu_, piv, None if donate else a, info, layout)
 
@@ -392,6 +395,8 @@ def _no_grad_factor(f: LUFactor) -> LUFactor:
 
 def _lu_solve_core(f: LUFactor, b, trans: int, b_sharded: bool):
     plain = _no_grad_factor(f)
+    if f.layout.placement is BATCH_ELEMENT:  # typed as the whole matrix its solves take
+        b = sharding.whole_element(b)
     op_factors = {}
 
     def with_op(r, t):

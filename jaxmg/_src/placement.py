@@ -323,8 +323,10 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
     if abstract is None and (mesh is None or isinstance(mesh, Mesh)) and concrete(a):
         # Eager calls: the answer depends on the sharding alone, and working
         # it out again would be most of a small call's Python time.
-        return _concrete_placement(a.sharding, a.committed, mesh, spec, name)
-    placement = _placement(a, sharding_of(a), abstract, mesh, spec, name)
+        return _unless_vmap_holds_its_axes(
+            _concrete_placement(a.sharding, a.committed, mesh, spec, name))
+    placement = _unless_vmap_holds_its_axes(
+        _placement(a, sharding_of(a), abstract, mesh, spec, name))
     _check_one_axis_type(placement)
     symbolic = [d for d in a.shape[-2:] if arguments.is_symbolic(d)]
     if placement.placed and symbolic:
@@ -334,6 +336,28 @@ def resolve_placement(a, mesh: Mesh | None, spec, name: str = "a", *,
             "concrete matrix shape (a symbolic batch dimension works), or with the matrix on one "
             "device")
     return placement
+
+
+def _unless_vmap_holds_its_axes(placement: Placement) -> Placement:
+    """BATCH_ELEMENT where an enclosing jax.vmap maps a batch sharded over
+    Explicit mesh axes that the rows would be spread over (a matrix closed
+    over, with no batch of its own: inv(a) @ b for each b): no shard_map
+    may use those axes there, so JAX's solver takes the whole matrix where
+    it lies, as jax.numpy.linalg's would."""
+    held = _axes_held_by_vmap()
+    if held and placement.mesh is not None and not placement.manual and held & set(
+            placement.axes):
+        return BATCH_ELEMENT
+    return placement
+
+
+def _axes_held_by_vmap() -> frozenset:
+    try:
+        from jax._src.core import get_axis_env
+
+        return get_axis_env().explicit_mesh_axis_names
+    except (ImportError, AttributeError):
+        return frozenset()
 
 
 def _check_on_context_mesh(a, name: str) -> None:
