@@ -12,6 +12,7 @@
   (slogdet, eigvalsh, lstsq, qr, svd), with JAX's defaults; jaxmg's own
   options (mesh, spec, backend, tile_size) keyword-only after them."""
 
+import contextlib
 import inspect
 
 import jax
@@ -23,6 +24,8 @@ import scipy.linalg
 from jax.sharding import AxisType, NamedSharding, PartitionSpec as P
 
 import dropin
+import jaxmg.numpy.linalg
+import jaxmg.scipy.linalg
 from dropin import K, NUMPY, PLAIN, REP, ROWS, api
 
 H = dropin.hermitian_part
@@ -584,3 +587,40 @@ def test_eager_equals_jit_on_one_device(name, dtype):
         fn = EAGER_AND_JIT[name]
         for eager, jitted in zip(jax.tree.leaves(fn(a)), jax.tree.leaves(jax.jit(fn)(a))):
             np.testing.assert_allclose(np.asarray(eager), np.asarray(jitted), rtol=1e-6, atol=0)
+
+
+STAGED = {
+    "inv": lambda L, S, m: L.inv(m),
+    "det": lambda L, S, m: L.det(m),
+    "slogdet": lambda L, S, m: L.slogdet(m)[1],
+    "matrix_power": lambda L, S, m: L.matrix_power(m, -2),
+    "tensorinv": lambda L, S, m: L.tensorinv(m, ind=1),
+    "cho_solve": lambda L, S, m: S.cho_solve(S.cho_factor(m), jnp.arange(8.0)),
+    "solve": lambda L, S, m: L.solve(m, jnp.arange(8.0)),
+}
+STAGINGS = {
+    "checkpoint": lambda loss, m: jax.checkpoint(loss)(m),
+    "grad-checkpoint": lambda loss, m: jax.grad(jax.checkpoint(loss))(m),
+    "eval_jaxpr": lambda loss, m: (lambda c: jax.core.eval_jaxpr(c.jaxpr, c.consts, m)[0])(
+        jax.make_jaxpr(loss)(m)),
+}
+
+
+@pytest.mark.parametrize("staging", list(STAGINGS))
+@pytest.mark.parametrize("kind", ["Auto", "Explicit"])
+@pytest.mark.parametrize("name", list(STAGED))
+def test_traced_then_run_eagerly(rng, name, kind, staging):
+    """A function traced to a jaxpr and then run eagerly, op by op (eager
+    jax.checkpoint, and its gradient, or jax.core.eval_jaxpr): each program
+    jaxmg stages takes its devices from its operands, as JAX's do. The
+    identity of inv and of the log-determinants' derivatives was made alone
+    on a mesh known by shape only, and such a program has no devices."""
+    mesh = jax.make_mesh((4,), ("x",), axis_types=(getattr(AxisType, kind),),
+                         devices=dropin.helpers.devices(4))
+    a0 = dropin.helpers.spd(rng, 8, np.float64)
+    fn, stage = STAGED[name], STAGINGS[staging]
+    with jax.set_mesh(mesh) if kind == "Explicit" else contextlib.nullcontext():
+        rows = jax.device_put(a0, NamedSharding(mesh, P("x", None)))
+        got = stage(lambda m: jnp.sum(fn(jaxmg.numpy.linalg, jaxmg.scipy.linalg, m) ** 2), rows)
+        want = stage(lambda m: jnp.sum(fn(jnp.linalg, jsl, m) ** 2), jnp.asarray(a0))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-9)

@@ -638,7 +638,7 @@ def _spd_logdet_jvp(layout, lower, primals, tangents):
     y = _spd_logdet(layout, lower, a, factor, info)
     # The inverse through the differentiable solve, so derivatives of this
     # rule (second order) are right too.
-    eye, sharded = operators.eye(layout, a.dtype)
+    eye, sharded = operators.eye(layout, a)
     inverse = _cho_solve_core(f, eye, sharded)
     # d log det A = tr(A^-1 dA) = sum((A^-1)^T * dA), and (A^-1)^T = conj(A^-1).
     return y, jnp.real(jnp.sum(jnp.conj(inverse) * da))

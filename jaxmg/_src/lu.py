@@ -284,7 +284,7 @@ def inv(a, *, tile_size=None, mesh=None, spec=None, backend="auto", on_failure="
         return x
     failures.check_on_failure(on_failure)
     f = lu_factor(a, tile_size=tile_size, mesh=mesh, spec=spec, backend=backend)
-    eye, sharded = operators.eye(f.layout, a.dtype)
+    eye, sharded = operators.eye(f.layout, a)
     x = _lu_solve(f, eye, trans=0, b_sharded=sharded)
     # After the solves: JAX's checkify loses an error that a later shard_map
     # carries on Explicit mesh axes (jax 0.10 to 0.12).
@@ -441,7 +441,7 @@ def _lu_slogdet_jvp(layout, primals, tangents):
     a, lu_, piv, info = primals
     da = sharding.constrain_result(tangents[0], layout.placement, layout.row_spec)
     sign, logabsdet = _lu_slogdet(layout, a, lu_, piv, info)
-    eye, sharded = operators.eye(layout, a.dtype)
+    eye, sharded = operators.eye(layout, a)
     inverse_t = _lu_solve_core(LUFactor(lu_, piv, a, info, layout), eye, 1, sharded)
     trace = jnp.sum(inverse_t * da)  # tr(A^-1 dA)
     if jnp.iscomplexobj(a):
@@ -551,7 +551,7 @@ def _det_jvp(layout, primals, tangents):
 
     def invertible(a):
         # A^-T through the differentiable solve, so second derivatives hold too.
-        eye, sharded = operators.eye(layout, a.dtype)
+        eye, sharded = operators.eye(layout, a)
         inverse_t = _lu_solve_core(factorise(a, layout), eye, 1, sharded)
         return whole(y * inverse_t)
 

@@ -8,7 +8,7 @@ import functools
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from jaxmg._src import arguments, sharding
 from jaxmg._src.engines.base import Layout
@@ -65,15 +65,20 @@ def matvec(a, layout: Layout, b, trans=0):
     return apply
 
 
-def eye(layout: Layout, dtype):
-    """The identity, row-sharded where the devices can split N evenly (no
-    array takes uneven shards), and whether it is."""
-    placement = layout.placement
+def eye(layout: Layout, like):
+    """The identity of `like`'s dtype, row-sharded where the devices can
+    split N evenly (no array takes uneven shards), and whether it is."""
+    placement, dtype = layout.placement, jnp.dtype(like.dtype)
     sharded = placement.n_devices > 1 and layout.n % placement.n_devices == 0
     spec = layout.row_spec if sharded else P()
     if placement.manual or placement.mesh is None:
         return jnp.eye(layout.n, dtype=dtype), sharded
-    made = _eye_maker(layout.n, jnp.dtype(dtype), placement.mesh, spec)()
+    if not isinstance(placement.mesh, Mesh):
+        # Traced on a mesh known only by its shape: made beside `like`, from
+        # whose devices a program evaluated eagerly later (jax.checkpoint's,
+        # jax.core.eval_jaxpr's) takes its own; alone it would have none.
+        return _eye_beside(like, n=layout.n, placement=placement, spec=spec), sharded
+    made = _eye_maker(layout.n, dtype, placement.mesh, spec)()
     if isinstance(made, jax.core.Tracer):
         # Traced, the maker's out_shardings lay it out but leave its type
         # replicated (jax 0.10): on explicit axes the solve's result would
@@ -88,6 +93,11 @@ def _eye_maker(n: int, dtype, mesh, spec):
     # which a mesh spanning processes cannot take. One jitted maker per shape
     # and placement: a new one per call would compile on every eager call.
     return jax.jit(functools.partial(jnp.eye, n, dtype=dtype), out_shardings=NamedSharding(mesh, spec))
+
+
+@functools.partial(jax.jit, static_argnames=("n", "placement", "spec"))
+def _eye_beside(like, *, n, placement, spec):
+    return sharding.constrain(jnp.eye(n, dtype=like.dtype), placement, spec)
 
 
 def is_row_sharded(b, placement) -> bool:
