@@ -603,18 +603,26 @@ STAGINGS = {
     "grad-checkpoint": lambda loss, m: jax.grad(jax.checkpoint(loss))(m),
     "eval_jaxpr": lambda loss, m: (lambda c: jax.core.eval_jaxpr(c.jaxpr, c.consts, m)[0])(
         jax.make_jaxpr(loss)(m)),
+    "disable_jit-grad": lambda loss, m: _without_jit(jax.grad(loss), m),
 }
+
+
+def _without_jit(fn, m):
+    with jax.disable_jit():
+        return fn(m)
 
 
 @pytest.mark.parametrize("staging", list(STAGINGS))
 @pytest.mark.parametrize("kind", ["Auto", "Explicit"])
 @pytest.mark.parametrize("name", list(STAGED))
-def test_traced_then_run_eagerly(rng, name, kind, staging):
+def test_run_op_by_op(rng, name, kind, staging):
     """A function traced to a jaxpr and then run eagerly, op by op (eager
-    jax.checkpoint, and its gradient, or jax.core.eval_jaxpr): each program
-    jaxmg stages takes its devices from its operands, as JAX's do. The
+    jax.checkpoint, and its gradient, or jax.core.eval_jaxpr), or run under
+    jax.disable_jit: each program jaxmg stages takes its devices from its
+    operands, as JAX's do, and its arrays are laid out as traced. The
     identity of inv and of the log-determinants' derivatives was made alone
-    on a mesh known by shape only, and such a program has no devices."""
+    on a mesh known by shape only (such a program has no devices), and
+    under disable_jit on one device, typed unsharded."""
     mesh = jax.make_mesh((4,), ("x",), axis_types=(getattr(AxisType, kind),),
                          devices=dropin.helpers.devices(4))
     a0 = dropin.helpers.spd(rng, 8, np.float64)

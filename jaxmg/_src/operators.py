@@ -84,6 +84,8 @@ def eye(layout: Layout, like):
         # replicated (jax 0.10): on explicit axes the solve's result would
         # follow. (A concrete one is typed by its sharding.)
         made = sharding.constrain(made, placement, spec)
+    elif jax.config.jax_disable_jit:  # the maker ran op by op, on one device
+        made = jax.device_put(made, NamedSharding(placement.mesh, spec))
     return made, sharded
 
 
