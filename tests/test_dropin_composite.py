@@ -317,12 +317,15 @@ def test_expm_forms():
     assert str(ours.value) == str(theirs.value)
 
 
-@pytest.mark.parametrize("mode", ["eager", "jit"])
-@pytest.mark.parametrize("layout", ["2-D blocks", "batch of row-sharded matrices"])
+@pytest.mark.parametrize("layout, mode", [
+    *(("2-D blocks", mode) for mode in ("eager", "jit")),
+    *(("batch of row-sharded matrices", mode) for mode in ("eager", "jit", "vmap", "jit-vmap")),
+])
 def test_expm_of_layouts_whose_products_need_moving(layout, mode):
     """A 2-D block layout (its products contracted a sharded axis against
     another) and a batch whose matrices' rows are sharded (the degree chosen
-    per matrix selected between differently sharded results)."""
+    per matrix selected between differently sharded results), also under
+    jax.vmap, whose batch each matrix is of."""
     if layout == "2-D blocks":
         a = _matrix(np.float32, M, M) / 4
         mesh = jax.make_mesh((2, 2), ("r", "c"), devices=helpers.devices(4))
@@ -331,9 +334,11 @@ def test_expm_of_layouts_whose_products_need_moving(layout, mode):
         a = np.stack([_matrix(np.float32, M, M) * s for s in (0.01, 0.3, 3.0)])
         placed = jax.device_put(a, NamedSharding(dropin.mesh(DEVICES, "explicit"),
                                                  P(None, "x", None)))
-    run = msl.expm if mode == "eager" else jax.jit(msl.expm)
+    run = jax.vmap(msl.expm) if mode.endswith("vmap") else msl.expm
+    run = jax.jit(run) if mode.startswith("jit") else run
     _close(run(placed), jsl.expm(a), np.float32)
-    value, derivative = msl.expm_frechet(placed, placed)
+    frechet = jax.vmap(msl.expm_frechet) if mode.endswith("vmap") else msl.expm_frechet
+    value, derivative = frechet(placed, placed)
     want = jsl.expm_frechet(a, a)
     _close(value, want[0], np.float32)
     _close(derivative, want[1], np.float32)

@@ -30,7 +30,7 @@ from jaxmg._src import (
     triangular,
 )
 from jaxmg._src.eager import one_program, returns_ready_on_cpus
-from jaxmg._src.placement import axis_names, explicit_spec
+from jaxmg._src.placement import axis_names, batched_value, explicit_spec
 from jaxmg._src.sharding import adjoint as _h, matmul_highest as _mm
 
 
@@ -372,13 +372,13 @@ def _products_ready(a):
     columns moved into its rows (a 2-D block layout's products contract a
     sharded axis against another), and a batch's matrices whole where they
     lie (the degree's branch, chosen per matrix, selects between results
-    whose sharding the choice must share)."""
+    whose sharding the choice must share), under jax.vmap too."""
     typed = explicit_spec(a)
     if typed is None:
         return a
     mesh, spec = typed
     *batch, rows, cols = spec
-    if a.ndim > 2:
+    if a.ndim > 2 or batched_value(a) is not a:
         whole = P(*batch, None, None)
         return a if (rows, cols) == (None, None) else jax.sharding.reshard(
             a, NamedSharding(mesh, whole))
