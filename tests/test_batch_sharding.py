@@ -412,3 +412,34 @@ def test_a_closed_over_matrix_under_vmap_over_a_sharded_batch(rng, name, a_spec,
 
         np.testing.assert_allclose(run(mnl, a), run(jnp.linalg, a_replicated),
                                    rtol=1e-10, atol=1e-10)
+
+
+PARTLY_MANUAL = {
+    "pinv": lambda L, m: L.pinv(m),
+    "inv": lambda L, m: L.inv(m),
+    "slogdet": lambda L, m: L.slogdet(m)[1],
+    "eigvalsh": lambda L, m: L.eigvalsh(m),
+    "solve": lambda L, m: L.solve(m, jnp.arange(N, dtype=m.dtype)),
+    "lstsq": lambda L, m: L.lstsq(m, jnp.arange(N, dtype=m.dtype))[0],
+    "svdvals": lambda L, m: L.svd(m, compute_uv=False),
+    "matrix_power": lambda L, m: L.matrix_power(m, 3),
+}
+
+
+@pytest.mark.parametrize("kind", list(AXIS_TYPES))
+@pytest.mark.parametrize("name", list(PARTLY_MANUAL))
+def test_derivatives_inside_a_shard_map_manual_over_the_batch_axis_only(rng, name, kind):
+    """shard_map(axis_names={"b"}): each device group's matrix, its rows
+    sharded over the other axis "x", differentiated. pinv's derivative
+    multiplied matrices whose rows are sharded on Explicit axes without
+    naming the product's sharding."""
+    fn = PARTLY_MANUAL[name]
+    mesh = jax.make_mesh((2, 2), ("b", "x"), axis_types=(AXIS_TYPES[kind],) * 2,
+                         devices=helpers.devices(4))
+    a = spd(rng, np.float64)[:2]
+    grad = lambda L: jax.grad(lambda m: jnp.sum(fn(L, m) ** 2))  # noqa: E731
+    body = jax.shard_map(lambda m: grad(mnl)(m[0])[None], mesh=mesh, in_specs=P("b"),
+                         out_specs=P("b"), axis_names={"b"})
+    got = jax.jit(body)(jax.device_put(a, NamedSharding(mesh, P("b", "x", None))))
+    want = np.stack([grad(jnp.linalg)(jnp.asarray(m)) for m in a])
+    np.testing.assert_allclose(np.asarray(got), want, rtol=1e-8, atol=1e-10)

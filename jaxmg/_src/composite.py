@@ -87,6 +87,8 @@ def _pinv_jvp(options, primals, tangents):
     da = tangents[0]
     p = _pinv(a, rtol, options)
     where = sharding.rows_placement(a, options[1], options[2])
+    if where is None:  # whole where it lies, as the SVD took it (Explicit rows gathered)
+        a, da = sharding.whole_element(a), sharding.whole_element(da)
     if options[0]:  # hermitian: the SVD reads a symmetrised, so must its derivative
         a, da = sharding.hermitian_part(a, where), sharding.hermitian_part(da, where)
     mm = sharding.row_products(where)
