@@ -443,3 +443,27 @@ def test_derivatives_inside_a_shard_map_manual_over_the_batch_axis_only(rng, nam
     got = jax.jit(body)(jax.device_put(a, NamedSharding(mesh, P("b", "x", None))))
     want = np.stack([grad(jnp.linalg)(jnp.asarray(m)) for m in a])
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-8, atol=1e-10)
+
+
+@pytest.mark.parametrize("first", ["outside", "inside"])
+def test_a_plan_made_outside_such_a_vmap_is_not_reused_inside_it(rng, first):
+    """Eager calls keep the plan of a matrix of the same sharding, shape and
+    dtype; inside a vmap that holds the mesh axes the plan differs (the
+    matrix whole), so neither side may take the other's."""
+    a0 = general(rng, np.float64)[0]
+    v0 = helpers.random_matrix(rng, 4, np.float64, N)
+    mesh = mesh_of("explicit")
+    a = jax.device_put(a0, NamedSharding(mesh, P("i", None)))
+    v = jax.device_put(v0, NamedSharding(mesh, P("i")))
+
+    def outside():
+        f = msl.lu_factor(a)
+        assert f.layout.placement.mesh is not None, f.layout.placement  # spread over "i"
+        np.testing.assert_allclose(msl.lu_solve(f, v0[0]), np.linalg.solve(a0, v0[0]), rtol=1e-10)
+
+    def inside():
+        got = jax.vmap(lambda w: mnl.inv(a) @ w)(v)
+        np.testing.assert_allclose(np.asarray(got), np.linalg.solve(a0, v0.T).T, rtol=1e-10)
+
+    for step in ((outside, inside) if first == "outside" else (inside, outside)):
+        step()

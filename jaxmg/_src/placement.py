@@ -352,12 +352,15 @@ def _unless_vmap_holds_its_axes(placement: Placement) -> Placement:
 
 
 def _axes_held_by_vmap() -> frozenset:
-    try:
-        from jax._src.core import get_axis_env
-
-        return get_axis_env().explicit_mesh_axis_names
-    except (ImportError, AttributeError):
+    if _axis_env is None:
         return frozenset()
+    return getattr(_axis_env(), "explicit_mesh_axis_names", frozenset())
+
+
+try:  # JAX's record of the axes the enclosing transformations hold (jax 0.10 to 0.12)
+    from jax._src.core import get_axis_env as _axis_env
+except ImportError:
+    _axis_env = None
 
 
 def _check_on_context_mesh(a, name: str) -> None:
@@ -418,9 +421,11 @@ def _check_spec(spec, name: str) -> None:
 
 def eager_key(arrays, *options):
     """A hashable key for an eager call's plan (what the checks and dispatch
-    decided), or None where the plan may not be reused: a traced array, or a
-    mesh set in context."""
-    if not all(concrete(x) for x in arrays) or _context_mesh() is not None:
+    decided), or None where the plan may not be reused: a traced array, a
+    mesh set in context, or a vmap holding mesh axes (the placement differs
+    there: _unless_vmap_holds_its_axes)."""
+    if not all(concrete(x) for x in arrays) or _context_mesh() is not None or (
+            _axes_held_by_vmap()):
         return None
     for x, name in zip(arrays, ("a", "b")):
         check_alive(x, name)
