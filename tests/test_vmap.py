@@ -5,6 +5,8 @@ batched result equals the per-example calls (and NumPy). Batched A has shape
 jax.lax.scan and fori_loop (one call site running several iterations), and
 factors as lax.cond branches and loop carries."""
 
+import pickle
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -321,15 +323,41 @@ def test_factor_of_a_concrete_and_a_traced_matrix_share_a_structure(rng, routine
     np.testing.assert_allclose(solve(looped, b), np.linalg.solve(3 * a0, b), rtol=1e-10)
 
 
-def test_a_jitted_solve_serves_factors_on_other_devices(rng):
-    """Factors of the same mesh shape on other devices compare unequal as
-    static data: one jitted solve traces each, and solves on its devices."""
+@pytest.mark.parametrize("made", ["eagerly", "under_jit"])
+def test_a_jitted_solve_serves_factors_on_other_devices(rng, made):
+    """Factors of the same mesh shape on other devices, made eagerly or
+    under jit, have one structure: one jitted solve serves them all, each
+    on its own devices (its trace names no devices)."""
     a0 = helpers.spd(rng, N, np.float64)
     b = rng.standard_normal(N)
-    solve = jax.jit(jaxmg.lu_solve)
-    for first in (0, 2):
+    solve = jax.jit(lambda f, b: jaxmg.lu_solve(f, b))
+    factor = jaxmg.lu_factor if made == "eagerly" else jax.jit(jaxmg.lu_factor)
+    for first, factor_of in ((0, jaxmg.lu_factor), (2, factor)):
         mesh = helpers.mesh(2, first=first)
-        f = jaxmg.lu_factor(helpers.rows(a0, mesh))
+        f = factor_of(helpers.rows(a0, mesh))
         x = solve(f, helpers.replicated(b, mesh))
         np.testing.assert_allclose(x, np.linalg.solve(a0, b), rtol=1e-10)
         assert x.sharding.device_set == set(mesh.devices.flat)
+
+
+@pytest.mark.parametrize("move", ["device_get", "pickle"])
+@pytest.mark.parametrize("made", ["cond", "scan", "jit"])
+def test_a_factor_out_of_control_flow_finds_its_devices(rng, made, move):
+    """A factor that came out of lax.cond, a scan or a jit (its layout names
+    the mesh by shape only) takes its arrays' mesh, so that brought to the
+    host it solves on its devices as an eager factor does."""
+    a0 = helpers.spd(rng, N, np.float64)
+    b = rng.standard_normal(N)
+    mesh = helpers.mesh(2)
+    a = helpers.rows(a0, mesh)
+    if made == "cond":
+        f = jax.lax.cond(True, lambda: jaxmg.lu_factor(2 * a), lambda: jaxmg.lu_factor(a))
+    elif made == "scan":
+        f, _ = jax.lax.scan(lambda f, s: (jaxmg.lu_factor(a * s), None), jaxmg.lu_factor(a),
+                            jnp.array([2.0]))
+    else:
+        f = jax.jit(jaxmg.lu_factor)(2 * a)
+    moved = jax.device_get(f) if move == "device_get" else pickle.loads(pickle.dumps(f))
+    x = jaxmg.lu_solve(moved, b)
+    np.testing.assert_allclose(x, np.linalg.solve(2 * a0, b), rtol=1e-10)
+    assert x.sharding.device_set == set(mesh.devices.flat)

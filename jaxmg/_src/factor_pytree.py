@@ -1,44 +1,54 @@
-"""Factors as pytrees whose static part (the layout) compares as traced.
+"""Factors as pytrees whose static part (the layout) is keyed as traced.
 
 A factor of a concrete matrix holds its concrete mesh, one of the same
 matrix traced holds the mesh's abstract form (or none, on one device); the
 two meet where lax.cond branches and loop carries mix a factor of a closed-
 over array with one of a traced array, and JAX requires their pytree
-structures equal. So the static parts compare by their traced form, and
-also by their concrete meshes where both have one: a jit trace made for a
-factor on some devices is not reused for one on others (it names their
-mesh; across processes the engines need the devices)."""
+structures equal. So the static part compares by the layout's traced form,
+and a factor rebuilt around traced arrays takes that form: no trace keeps
+devices that its arrays' shardings do not say, and one trace serves factors
+on any devices of the same mesh shape. Across processes the engines need
+the mesh's devices under jit too: there the layout itself is the key.
+
+A factor rebuilt around concrete arrays whose layout names a mesh by shape
+only (one that came out of a jit, a lax.cond or a loop) takes the arrays'
+own mesh again, so that it finds its devices after it leaves them
+(jax.device_get, pickling)."""
 
 from __future__ import annotations
 
 import functools
 
 import jax
-from jax.sharding import Mesh
+from jax.sharding import AbstractMesh, NamedSharding
+
+from jaxmg._src.engines import base
+from jaxmg._src.placement import Placement, spans_processes
 
 
 class _Static:
-    """The meta fields' values (the layout first) and their traced form,
-    which hashing reads and equality too, with the concrete meshes where
-    both sides have one."""
+    """The meta fields' values (the layout first) and the key that equality
+    and hashing read: the values with the layout as a trace keeps it."""
 
-    __slots__ = ("values", "traced")
+    __slots__ = ("values", "key")
 
     def __init__(self, values: tuple):
         self.values = values
-        self.traced = (values[0].traced_form(),) + values[1:]
+        self.key = (_as_traced(values[0]),) + values[1:]
 
     def __eq__(self, other):
-        if not isinstance(other, _Static) or self.traced != other.traced:
-            return False
-        mine, theirs = self.values[0].placement.mesh, other.values[0].placement.mesh
-        return not (isinstance(mine, Mesh) and isinstance(theirs, Mesh)) or mine == theirs
+        return isinstance(other, _Static) and self.key == other.key
 
     def __hash__(self):
-        return hash(self.traced)
+        return hash(self.key)
 
     def __repr__(self):
         return repr(self.values)
+
+
+@functools.lru_cache(maxsize=1024)
+def _as_traced(layout: base.Layout) -> base.Layout:
+    return layout if spans_processes(layout.placement) else layout.traced_form()
 
 
 @functools.lru_cache(maxsize=1024)
@@ -46,6 +56,20 @@ def _static(values: tuple) -> _Static:
     """One _Static per value: flattening a factor (every jit call it enters)
     then costs a lookup."""
     return _Static(values)
+
+
+def _with_mesh_of(layout: base.Layout, main) -> base.Layout:
+    """layout on the concrete mesh of `main` (the factor's leading array)
+    where the layout names that mesh by shape only."""
+    placement = layout.placement
+    if not isinstance(placement.mesh, AbstractMesh) or placement.manual:
+        return layout
+    sharding = getattr(main, "sharding", None)
+    if not isinstance(sharding, NamedSharding) or (
+            sharding.mesh.abstract_mesh != placement.mesh):
+        return layout
+    return base.layout(Placement(sharding.mesh, placement.axis, placement.manual),
+                       layout.n, layout.tile, layout.engine)
 
 
 def register(data_fields: tuple[str, ...], meta_fields: tuple[str, ...]):
@@ -64,8 +88,14 @@ def register(data_fields: tuple[str, ...], meta_fields: tuple[str, ...]):
                 tuple(getattr(f, name) for name in meta_fields))
 
         def unflatten(static: _Static, children):
-            values = dict(zip(meta_fields, static.values))
-            return cls(**dict(zip(data_fields, children)), **values)
+            if any(isinstance(x, jax.core.Tracer) for x in children):
+                values = static.key
+            else:
+                layout = static.values[0]
+                if isinstance(children[0], jax.Array):
+                    layout = _with_mesh_of(layout, children[0])
+                values = (layout,) + static.values[1:]
+            return cls(**dict(zip(data_fields, children)), **dict(zip(meta_fields, values)))
 
         jax.tree_util.register_pytree_with_keys(cls, flatten_with_keys, unflatten, flatten)
         return cls
