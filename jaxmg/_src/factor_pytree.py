@@ -23,7 +23,7 @@ import jax
 from jax.sharding import AbstractMesh, NamedSharding
 
 from jaxmg._src.engines import base
-from jaxmg._src.placement import Placement, spans_processes
+from jaxmg._src.placement import Placement, spans_processes, traced_form
 
 
 class _Static:
@@ -46,9 +46,10 @@ class _Static:
         return repr(self.values)
 
 
-@functools.lru_cache(maxsize=1024)
 def _as_traced(layout: base.Layout) -> base.Layout:
-    return layout if spans_processes(layout.placement) else layout.traced_form()
+    if spans_processes(layout.placement):
+        return layout
+    return base.layout(traced_form(layout.placement), layout.n, layout.tile, layout.engine)
 
 
 @functools.lru_cache(maxsize=1024)
@@ -79,13 +80,14 @@ def register(data_fields: tuple[str, ...], meta_fields: tuple[str, ...]):
     def decorate(cls):
         keys = tuple(jax.tree_util.GetAttrKey(name) for name in data_fields)
 
+        def static(f):
+            return _static(tuple(getattr(f, name) for name in meta_fields))
+
         def flatten_with_keys(f):
-            children = tuple((key, getattr(f, key.name)) for key in keys)
-            return children, _static(tuple(getattr(f, name) for name in meta_fields))
+            return tuple((key, getattr(f, key.name)) for key in keys), static(f)
 
         def flatten(f):
-            return [getattr(f, name) for name in data_fields], _static(
-                tuple(getattr(f, name) for name in meta_fields))
+            return [getattr(f, name) for name in data_fields], static(f)
 
         def unflatten(static: _Static, children):
             if any(isinstance(x, jax.core.Tracer) for x in children):

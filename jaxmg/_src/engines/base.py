@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from jaxmg._src import config, failures
-from jaxmg._src.placement import Placement, traced_form
+from jaxmg._src.placement import Placement
 
 
 def block_tile(rows: int, requested: int | None) -> int:
@@ -152,21 +152,12 @@ class Layout:
     def __reduce__(self):
         return (layout, (self.placement, self.n, self.tile, self.engine))
 
-    def traced_form(self) -> "Layout":
-        """This layout as the same matrix traced has it (placement.traced_form)."""
-        return _traced_layout(self)
-
 
 @functools.lru_cache(maxsize=1024)
 def layout(placement: Placement, n: int, tile: int, engine: Engine) -> Layout:
     """One Layout object per value: jit's cache compares the same object at
     once, where a new one costs an eager call several microseconds."""
     return Layout(placement, n, tile, engine)
-
-
-@functools.lru_cache(maxsize=1024)
-def _traced_layout(concrete: Layout) -> Layout:
-    return layout(traced_form(concrete.placement), concrete.n, concrete.tile, concrete.engine)
 
 
 def slogdet_from(diag, swaps, dtype):
